@@ -1,0 +1,163 @@
+//! The crate's error type, grouped by fault so the binary can map each group to an
+//! exit code: bad usage and bad input exit 2, everything else exits 1.
+
+use std::path::PathBuf;
+
+/// Where in the input a data fault sits. Every field that is known is reported.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Location {
+    /// The file, if the fault is in one.
+    pub file: Option<PathBuf>,
+    /// The Parquet row group, 0-based.
+    pub row_group: Option<usize>,
+    /// The column name.
+    pub column: Option<String>,
+    /// The row within the row group, 0-based.
+    pub row: Option<usize>,
+}
+
+impl Location {
+    /// A location in `file`.
+    pub fn file(file: impl Into<PathBuf>) -> Self {
+        Location {
+            file: Some(file.into()),
+            ..Location::default()
+        }
+    }
+    /// The same location, in row group `rg`.
+    pub fn row_group(mut self, rg: usize) -> Self {
+        self.row_group = Some(rg);
+        self
+    }
+    /// The same location, in `column`.
+    pub fn column(mut self, c: impl Into<String>) -> Self {
+        self.column = Some(c.into());
+        self
+    }
+    /// The same location, at `row` of the row group.
+    pub fn row(mut self, r: usize) -> Self {
+        self.row = Some(r);
+        self
+    }
+}
+
+impl std::fmt::Display for Location {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts = Vec::new();
+        if let Some(p) = &self.file {
+            parts.push(format!("file {}", p.display()));
+        }
+        if let Some(rg) = self.row_group {
+            parts.push(format!("row group {rg}"));
+        }
+        if let Some(r) = self.row {
+            parts.push(format!("row {r}"));
+        }
+        if let Some(c) = &self.column {
+            parts.push(format!("column '{c}'"));
+        }
+        if parts.is_empty() {
+            f.write_str("input")
+        } else {
+            f.write_str(&parts.join(", "))
+        }
+    }
+}
+
+/// Everything that can go wrong in sketchfit.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A pipeline file or command-line setting is wrong.
+    #[error("{file}: {key}: {message}")]
+    Config {
+        /// The pipeline file (or `--set` / command line).
+        file: String,
+        /// The dotted key.
+        key: String,
+        /// What is wrong and what to do.
+        message: String,
+    },
+    /// The input data does not fit what the pipeline asks for.
+    #[error("{location}: {message}")]
+    Data {
+        /// Where.
+        location: Location,
+        /// What is wrong and what to do.
+        message: String,
+    },
+    /// A Parquet file cannot be read as Parquet (truncated, corrupt, not Parquet).
+    #[error("{location}: not a readable Parquet file ({source}); check that the file is complete and really Parquet")]
+    Parquet {
+        /// Where.
+        location: Location,
+        /// The decoder's error.
+        #[source]
+        source: parquet::errors::ParquetError,
+    },
+    /// A model or statistics file is not one sketchfit wrote, or is damaged.
+    #[error("{path}: {message}")]
+    BadModel {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// The operating system refused a read or a write.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A numerical step failed (no convergence, nothing to solve).
+    #[error("numerical failure: {0}")]
+    Numerical(String),
+    /// The run needs more memory than the limit allows.
+    #[error("not enough memory: {needed} bytes needed, {limit} allowed; {hint}")]
+    Memory {
+        /// Bytes needed.
+        needed: u64,
+        /// Bytes allowed.
+        limit: u64,
+        /// What to change.
+        hint: String,
+    },
+}
+
+impl Error {
+    /// A configuration error.
+    pub fn config(file: impl Into<String>, key: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::Config {
+            file: file.into(),
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+    /// A data error at `location`.
+    pub fn data(location: Location, message: impl Into<String>) -> Self {
+        Error::Data {
+            location,
+            message: message.into(),
+        }
+    }
+    /// An I/O error on `path`.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+    /// True when the fault is in what the user gave (exit code 2).
+    pub fn is_user_error(&self) -> bool {
+        matches!(
+            self,
+            Error::Config { .. } | Error::Data { .. } | Error::Parquet { .. } | Error::BadModel { .. } | Error::Memory { .. }
+        ) || matches!(self, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
+    }
+}
+
+/// The crate's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

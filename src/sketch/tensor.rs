@@ -1,0 +1,159 @@
+//! Tensor sketch (Pham & Pagh 2013; math.md §3) for the polynomial kernel
+//! `(γ⟨x,y⟩ + c)^p`: `TS(x') = C_0x' * … * C_{p-1}x'` (cyclic convolution through
+//! real FFTs), with `x' = [√γ x; √c]`.
+//!
+//! Hash and sign tables are drawn once and stored in the model; FFT plans are built
+//! once per map. Mapping a chunk allocates its FFT buffers once for the chunk.
+
+use std::sync::Arc;
+
+use realfft::num_complex::Complex32;
+use realfft::{ComplexToReal, RealFftPlanner, RealToComplex};
+
+use super::count::CountSketch;
+use super::FeatureMap;
+use crate::rng::StageRng;
+
+/// The kernel parameters of a tensor sketch.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PolyKernel {
+    /// Degree `p ≥ 1`.
+    pub degree: u32,
+    /// Scale `γ > 0`.
+    pub gamma: f64,
+    /// Offset `c ≥ 0`; `c > 0` appends the coordinate `√c`.
+    pub offset: f64,
+}
+
+impl PolyKernel {
+    /// The exact kernel `(γ⟨x,y⟩ + c)^p`.
+    pub fn eval(&self, x: &[f32], y: &[f32]) -> f64 {
+        let dot: f64 = x.iter().zip(y).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum();
+        (self.gamma * dot + self.offset).powi(self.degree as i32)
+    }
+}
+
+/// A tensor sketch `R^d → R^D`.
+pub struct TensorSketch {
+    kernel: PolyKernel,
+    d: usize,
+    dim: usize,
+    /// One count sketch per degree, each over `d' = d + [c > 0]` coordinates.
+    sketches: Vec<CountSketch>,
+    forward: Arc<dyn RealToComplex<f32>>,
+    inverse: Arc<dyn ComplexToReal<f32>>,
+}
+
+impl std::fmt::Debug for TensorSketch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TensorSketch")
+            .field("kernel", &self.kernel)
+            .field("d", &self.d)
+            .field("dim", &self.dim)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TensorSketch {
+    /// Draws the `p` count sketches.
+    pub fn draw(kernel: PolyKernel, d: usize, dim: usize, rng: &mut StageRng) -> Self {
+        let d_prime = d + usize::from(kernel.offset > 0.0);
+        let sketches = (0..kernel.degree)
+            .map(|_| CountSketch::draw(d_prime, dim, rng))
+            .collect();
+        Self::from_sketches(kernel, d, dim, sketches)
+    }
+
+    /// Rebuilds a map from stored tables (a loaded model).
+    pub fn from_sketches(kernel: PolyKernel, d: usize, dim: usize, sketches: Vec<CountSketch>) -> Self {
+        let mut planner = RealFftPlanner::<f32>::new();
+        let forward = planner.plan_fft_forward(dim);
+        let inverse = planner.plan_fft_inverse(dim);
+        TensorSketch {
+            kernel,
+            d,
+            dim,
+            sketches,
+            forward,
+            inverse,
+        }
+    }
+
+    /// The kernel this map approximates.
+    pub fn kernel(&self) -> PolyKernel {
+        self.kernel
+    }
+
+    /// The count sketches `C_0..C_{p-1}`.
+    pub fn sketches(&self) -> &[CountSketch] {
+        &self.sketches
+    }
+
+    /// `C_j x'` with `x' = [√γ x; √c]`.
+    fn count_sketch(&self, j: usize, x: &[f32], out: &mut [f32]) {
+        let cs = &self.sketches[j];
+        cs.apply(x, self.kernel.gamma.sqrt() as f32, out);
+        if self.kernel.offset > 0.0 {
+            let i = self.d;
+            out[cs.hash[i] as usize] += f32::from(cs.sign[i]) * self.kernel.offset.sqrt() as f32;
+        }
+    }
+}
+
+impl FeatureMap for TensorSketch {
+    fn input_dim(&self) -> usize {
+        self.d
+    }
+    fn output_dim(&self) -> usize {
+        self.dim
+    }
+
+    fn map(&self, x: &[f32], rows: usize, out: &mut [f32]) {
+        let (d, dim) = (self.d, self.dim);
+        if self.sketches.len() == 1 {
+            for r in 0..rows {
+                self.count_sketch(0, &x[r * d..(r + 1) * d], &mut out[r * dim..(r + 1) * dim]);
+            }
+            return;
+        }
+        let bins = dim / 2 + 1;
+        let mut buf = vec![0f32; dim];
+        let mut acc = vec![Complex32::new(0.0, 0.0); bins];
+        let mut spec = vec![Complex32::new(0.0, 0.0); bins];
+        let scratch_len = self
+            .forward
+            .get_scratch_len()
+            .max(self.inverse.get_scratch_len());
+        let mut scratch = vec![Complex32::new(0.0, 0.0); scratch_len];
+        let inv_dim = 1.0 / dim as f32;
+        for r in 0..rows {
+            let xr = &x[r * d..(r + 1) * d];
+            for j in 0..self.sketches.len() {
+                self.count_sketch(j, xr, &mut buf);
+                let target = if j == 0 { &mut acc } else { &mut spec };
+                // Lengths are fixed by construction, so the FFT cannot fail.
+                self.forward
+                    .process_with_scratch(&mut buf, target, &mut scratch)
+                    .expect("FFT buffer lengths match the plan");
+                if j > 0 {
+                    for (a, s) in acc.iter_mut().zip(&spec) {
+                        *a *= *s;
+                    }
+                }
+            }
+            // A real signal's spectrum is real at DC (and Nyquist for even D); clear the
+            // rounding residue so the inverse accepts it.
+            acc[0].im = 0.0;
+            if dim % 2 == 0 {
+                acc[bins - 1].im = 0.0;
+            }
+            let o = &mut out[r * dim..(r + 1) * dim];
+            self.inverse
+                .process_with_scratch(&mut acc, o, &mut scratch)
+                .expect("FFT buffer lengths match the plan");
+            for v in o.iter_mut() {
+                *v *= inv_dim;
+            }
+        }
+    }
+}

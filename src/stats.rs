@@ -1,0 +1,447 @@
+//! Sufficient statistics (math.md §12): f64 sums about a fixed shift `μ`.
+//!
+//! `n`, `s = Σ(z−μ)`, `G = Σ(z−μ)(z−μ)ᵀ` (lower triangle, tiled), `T = Σ(z−μ)yᵀ`,
+//! `u = Σy`, `v = Σy∘y`. They add chunk by chunk, merge across shards and threads,
+//! and are all that the solvers see.
+
+use ndarray::{s, ArrayView2, ArrayViewMut2};
+
+use crate::error::{Error, Result};
+
+/// Side of the square Gram tiles. 256 keeps a tile pair in L2 and the tile count
+/// small enough that the GEMM calls dominate.
+pub const TILE: usize = 256;
+/// Rows widened to f64 at a time: bounds the f64 copy of a chunk to `ROW_BLOCK × D`.
+const ROW_BLOCK: usize = 1024;
+
+/// The lower triangle of a symmetric `D × D` matrix as square tiles `(I, J)`, `J ≤ I`,
+/// each stored row-major. Memory ≈ `D²/2 + D·TILE/2` f64.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TriGram {
+    dim: usize,
+    data: Vec<f64>,
+}
+
+impl TriGram {
+    /// A zero matrix of side `dim`.
+    pub fn zeros(dim: usize) -> Self {
+        TriGram {
+            dim,
+            data: vec![0.0; Self::len_for(dim)],
+        }
+    }
+
+    /// Number of f64 values stored for side `dim`.
+    pub fn len_for(dim: usize) -> usize {
+        let nt = dim.div_ceil(TILE);
+        (0..nt)
+            .map(|i| {
+                let hi = tile_len(dim, i);
+                (0..=i).map(|j| hi * tile_len(dim, j)).sum::<usize>()
+            })
+            .sum()
+    }
+
+    /// Side of the matrix.
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// The stored values, tile by tile.
+    pub fn raw(&self) -> &[f64] {
+        &self.data
+    }
+
+    /// Builds from stored values (a statistics file).
+    pub fn from_raw(dim: usize, data: Vec<f64>) -> Option<Self> {
+        (data.len() == Self::len_for(dim)).then_some(TriGram { dim, data })
+    }
+
+    /// Mutable tiles `(I, J, block)` in storage order.
+    fn tiles_mut(&mut self) -> Vec<(usize, usize, &mut [f64])> {
+        let dim = self.dim;
+        let nt = dim.div_ceil(TILE);
+        let mut out = Vec::with_capacity(nt * (nt + 1) / 2);
+        let mut rest: &mut [f64] = &mut self.data;
+        for i in 0..nt {
+            for j in 0..=i {
+                let len = tile_len(dim, i) * tile_len(dim, j);
+                let (head, tail) = rest.split_at_mut(len);
+                out.push((i, j, head));
+                rest = tail;
+            }
+        }
+        out
+    }
+
+    /// `G += Zᵀ Z` for a row-major f64 block `z` (`rows × D`), one GEMM per tile on and
+    /// below the diagonal, spread over `threads` threads. Each tile is computed by one
+    /// GEMM whatever the thread count, so the sums are bit-identical for any `threads`.
+    pub fn syrk(&mut self, z: ArrayView2<'_, f64>, threads: usize) {
+        assert_eq!(z.ncols(), self.dim);
+        let dim = self.dim;
+        let tiles = self.tiles_mut();
+        let threads = threads.clamp(1, tiles.len().max(1));
+        let update = |(i, j, block): (usize, usize, &mut [f64])| {
+            let (ri, rj) = (tile_range(dim, i), tile_range(dim, j));
+            let (hi, hj) = (ri.len(), rj.len());
+            let a = z.slice(s![.., ri]);
+            let b = z.slice(s![.., rj]);
+            let mut c = ArrayViewMut2::from_shape((hi, hj), block).expect("tile shape matches its storage");
+            ndarray::linalg::general_mat_mul(1.0, &a.t(), &b, 1.0, &mut c);
+        };
+        if threads == 1 {
+            tiles.into_iter().for_each(update);
+            return;
+        }
+        // Interleave tiles over threads so each gets a similar share of the big ones.
+        let mut groups: Vec<Vec<(usize, usize, &mut [f64])>> = (0..threads).map(|_| Vec::new()).collect();
+        for (k, t) in tiles.into_iter().enumerate() {
+            groups[k % threads].push(t);
+        }
+        std::thread::scope(|scope| {
+            for g in groups {
+                scope.spawn(|| g.into_iter().for_each(update));
+            }
+        });
+    }
+
+    /// Entry `(r, c)` for `c ≤ r`.
+    pub fn get_lower(&self, r: usize, c: usize) -> f64 {
+        debug_assert!(c <= r);
+        let (i, j) = (r / TILE, c / TILE);
+        let off = self.tile_offset(i, j);
+        off.map_or(0.0, |o| self.data[o + (r - i * TILE) * tile_len(self.dim, j) + (c - j * TILE)])
+    }
+
+    fn tile_offset(&self, i: usize, j: usize) -> Option<usize> {
+        let mut off = 0;
+        for ii in 0..i {
+            off += tile_len(self.dim, ii) * (0..=ii).map(|jj| tile_len(self.dim, jj)).sum::<usize>();
+        }
+        off += tile_len(self.dim, i) * (0..j).map(|jj| tile_len(self.dim, jj)).sum::<usize>();
+        Some(off)
+    }
+
+    /// The full symmetric matrix, row-major `D × D`.
+    pub fn to_full(&self) -> Vec<f64> {
+        let dim = self.dim;
+        let mut full = vec![0.0; dim * dim];
+        let nt = dim.div_ceil(TILE);
+        let mut off = 0;
+        for i in 0..nt {
+            for j in 0..=i {
+                let (ri, rj) = (tile_range(dim, i), tile_range(dim, j));
+                let hj = rj.len();
+                for (a, r) in ri.clone().enumerate() {
+                    for (b, c) in rj.clone().enumerate() {
+                        if c <= r {
+                            let v = self.data[off + a * hj + b];
+                            full[r * dim + c] = v;
+                            full[c * dim + r] = v;
+                        }
+                    }
+                }
+                off += ri.len() * hj;
+            }
+        }
+        full
+    }
+
+    /// `self += other`.
+    pub fn add_assign(&mut self, other: &TriGram) {
+        self.data.iter_mut().zip(&other.data).for_each(|(a, b)| *a += b);
+    }
+
+    /// `G += α a bᵀ + α b aᵀ` on the lower triangle (used for a change of shift).
+    fn add_sym_rank2(&mut self, a: &[f64], b: &[f64], alpha: f64) {
+        let dim = self.dim;
+        for (i, j, block) in self.tiles_mut() {
+            let (ri, rj) = (tile_range(dim, i), tile_range(dim, j));
+            let hj = rj.len();
+            for (x, r) in ri.clone().enumerate() {
+                for (y, c) in rj.clone().enumerate() {
+                    block[x * hj + y] += alpha * (a[r] * b[c] + b[r] * a[c]);
+                }
+            }
+        }
+    }
+}
+
+fn tile_len(dim: usize, i: usize) -> usize {
+    TILE.min(dim - i * TILE)
+}
+
+fn tile_range(dim: usize, i: usize) -> std::ops::Range<usize> {
+    i * TILE..(i * TILE + TILE).min(dim)
+}
+
+/// The statistics of one row set with `c` targets.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GramStats {
+    /// Shift `μ` (length `D`).
+    pub shift: Vec<f64>,
+    /// Row count.
+    pub n: u64,
+    /// `Σ(z−μ)`.
+    pub s: Vec<f64>,
+    /// `Σ(z−μ)(z−μ)ᵀ`, lower triangle.
+    pub gram: TriGram,
+    /// Target count `c`.
+    pub c: usize,
+    /// `Σ(z−μ)yᵀ`, row-major `D × c`.
+    pub t: Vec<f64>,
+    /// `Σy`.
+    pub u: Vec<f64>,
+    /// `Σy∘y`.
+    pub v: Vec<f64>,
+}
+
+/// Shift-free quantities derived from [`GramStats`] (math.md §12), dense.
+#[derive(Debug, Clone)]
+pub struct Centered {
+    /// Rows.
+    pub n: u64,
+    /// `z̄`.
+    pub mean: Vec<f64>,
+    /// `C = G − ssᵀ/n`, full row-major `D × D`.
+    pub cov: Vec<f64>,
+    /// `C_zy = T − s uᵀ/n`, row-major `D × c`.
+    pub czy: Vec<f64>,
+    /// `ȳ`.
+    pub ymean: Vec<f64>,
+    /// `c_yy = v − u∘u/n`.
+    pub cyy: Vec<f64>,
+    /// Largest diagonal entry of the shifted `G` (for the rank threshold).
+    pub max_g_diag: f64,
+}
+
+impl GramStats {
+    /// Empty statistics for `D = shift.len()` features and `c` targets.
+    pub fn new(shift: Vec<f64>, c: usize) -> Self {
+        let dim = shift.len();
+        GramStats {
+            n: 0,
+            s: vec![0.0; dim],
+            gram: TriGram::zeros(dim),
+            c,
+            t: vec![0.0; dim * c],
+            u: vec![0.0; c],
+            v: vec![0.0; c],
+            shift,
+        }
+    }
+
+    /// Feature dimension `D`.
+    pub fn dim(&self) -> usize {
+        self.shift.len()
+    }
+
+    /// Bytes held for `D` features and `c` targets (the figure stated before a run).
+    pub fn bytes_for(dim: usize, c: usize) -> u64 {
+        8 * (TriGram::len_for(dim) + dim * (2 + c) + 2 * c) as u64
+    }
+
+    /// Bytes of the scratch one [`GramStats::add`] call allocates.
+    pub fn scratch_bytes(dim: usize) -> u64 {
+        8 * (ROW_BLOCK * dim) as u64
+    }
+
+    /// Bytes held.
+    pub fn size_bytes(&self) -> u64 {
+        Self::bytes_for(self.dim(), self.c)
+    }
+
+    /// Adds `rows` rows: features `z` (`rows × D`, f32) and targets `y` (`rows × c`).
+    /// Non-finite features are an error, never accumulated.
+    pub fn add(&mut self, z: &[f32], y: &[f64], rows: usize, threads: usize) -> Result<()> {
+        let (dim, c) = (self.dim(), self.c);
+        assert!(z.len() >= rows * dim && y.len() >= rows * c);
+        if let Some(pos) = z[..rows * dim].iter().position(|v| !v.is_finite()) {
+            return Err(Error::Numerical(format!(
+                "feature {} of chunk row {} is not finite; the input values are too large for the sketch (normalise the rows or lower gamma)",
+                pos % dim,
+                pos / dim
+            )));
+        }
+        let mut zc = vec![0.0f64; ROW_BLOCK.min(rows) * dim];
+        for start in (0..rows).step_by(ROW_BLOCK) {
+            let nb = ROW_BLOCK.min(rows - start);
+            let zb = &mut zc[..nb * dim];
+            for (dst, src) in zb.chunks_exact_mut(dim).zip(z[start * dim..(start + nb) * dim].chunks_exact(dim)) {
+                for ((d, &v), &m) in dst.iter_mut().zip(src).zip(&self.shift) {
+                    *d = f64::from(v) - m;
+                }
+            }
+            for row in zb.chunks_exact(dim) {
+                self.s.iter_mut().zip(row).for_each(|(a, b)| *a += b);
+            }
+            if c > 0 {
+                let yb = &y[start * c..(start + nb) * c];
+                for (row, yr) in zb.chunks_exact(dim).zip(yb.chunks_exact(c)) {
+                    for (k, &yk) in yr.iter().enumerate() {
+                        self.u[k] += yk;
+                        self.v[k] += yk * yk;
+                    }
+                    for (i, &zi) in row.iter().enumerate() {
+                        let t = &mut self.t[i * c..(i + 1) * c];
+                        t.iter_mut().zip(yr).for_each(|(a, &b)| *a += zi * b);
+                    }
+                }
+            }
+            let view = ArrayView2::from_shape((nb, dim), &*zb).expect("block shape matches");
+            self.gram.syrk(view, threads);
+        }
+        self.n += rows as u64;
+        Ok(())
+    }
+
+    /// Moves the shift to `new` exactly: `G' = G − sδᵀ − δsᵀ + nδδᵀ`, `s' = s − nδ`,
+    /// `T' = T − δuᵀ` with `δ = μ' − μ`.
+    pub fn reshift(&mut self, new: &[f64]) {
+        assert_eq!(new.len(), self.dim());
+        let n = self.n as f64;
+        let delta: Vec<f64> = new.iter().zip(&self.shift).map(|(a, b)| a - b).collect();
+        // −sδᵀ − δsᵀ + nδδᵀ = −(s − nδ/2)δᵀ − δ(s − nδ/2)ᵀ
+        let half: Vec<f64> = self.s.iter().zip(&delta).map(|(s, d)| s - 0.5 * n * d).collect();
+        self.gram.add_sym_rank2(&half, &delta, -1.0);
+        for (i, d) in delta.iter().enumerate() {
+            self.s[i] -= n * d;
+            for k in 0..self.c {
+                self.t[i * self.c + k] -= d * self.u[k];
+            }
+        }
+        self.shift = new.to_vec();
+    }
+
+    /// Adds `other` (re-shifting a copy of it first if its shift differs).
+    pub fn merge(&mut self, other: &GramStats) {
+        assert_eq!((self.dim(), self.c), (other.dim(), other.c), "merging statistics of different shapes");
+        let shifted;
+        let other = if other.shift == self.shift {
+            other
+        } else {
+            let mut o = other.clone();
+            o.reshift(&self.shift);
+            shifted = o;
+            &shifted
+        };
+        self.n += other.n;
+        self.gram.add_assign(&other.gram);
+        for (a, b) in [(&mut self.s, &other.s), (&mut self.t, &other.t), (&mut self.u, &other.u), (&mut self.v, &other.v)] {
+            a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
+        }
+    }
+
+    /// The shift-free quantities.
+    pub fn centered(&self) -> Centered {
+        let (dim, c) = (self.dim(), self.c);
+        let n = self.n as f64;
+        let mut cov = self.gram.to_full();
+        let max_g_diag = (0..dim).map(|i| cov[i * dim + i]).fold(0.0, f64::max);
+        if n > 0.0 {
+            for i in 0..dim {
+                for j in 0..dim {
+                    cov[i * dim + j] -= self.s[i] * self.s[j] / n;
+                }
+            }
+        }
+        let inv = if n > 0.0 { 1.0 / n } else { 0.0 };
+        let mean = self.shift.iter().zip(&self.s).map(|(m, s)| m + s * inv).collect();
+        let mut czy = self.t.clone();
+        for i in 0..dim {
+            for k in 0..c {
+                czy[i * c + k] -= self.s[i] * self.u[k] * inv;
+            }
+        }
+        let ymean = self.u.iter().map(|u| u * inv).collect();
+        let cyy = self.v.iter().zip(&self.u).map(|(v, u)| v - u * u * inv).collect();
+        Centered {
+            n: self.n,
+            mean,
+            cov,
+            czy,
+            ymean,
+            cyy,
+            max_g_diag,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(rows: usize, dim: usize, c: usize) -> (Vec<f32>, Vec<f64>) {
+        let mut r = crate::rng::StageRng::new(3, 9);
+        let z = (0..rows * dim).map(|_| (r.uniform() * 4.0 - 1.0 + 100.0) as f32).collect();
+        let y = (0..rows * c).map(|_| r.uniform() - 0.5).collect();
+        (z, y)
+    }
+
+    fn dense_gram(z: &[f32], rows: usize, dim: usize, mu: &[f64]) -> Vec<f64> {
+        let mut g = vec![0.0; dim * dim];
+        for r in 0..rows {
+            for i in 0..dim {
+                for j in 0..dim {
+                    g[i * dim + j] += (f64::from(z[r * dim + i]) - mu[i]) * (f64::from(z[r * dim + j]) - mu[j]);
+                }
+            }
+        }
+        g
+    }
+
+    fn max_rel(a: &[f64], b: &[f64]) -> f64 {
+        let scale = b.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        a.iter().zip(b).fold(0.0f64, |m, (x, y)| m.max((x - y).abs())) / scale
+    }
+
+    #[test]
+    fn tiled_syrk_matches_dense_across_tile_edges_and_threads() {
+        // D = 2·TILE + 3 forces partial tiles; rows > ROW_BLOCK forces two blocks.
+        for &(rows, dim) in &[(1usize, 1usize), (5, 7), (ROW_BLOCK + 17, 2 * TILE + 3)] {
+            let (z, y) = data(rows, dim, 2);
+            let mu = vec![100.0; dim];
+            let want = dense_gram(&z, rows, dim, &mu);
+            let mut results = Vec::new();
+            for threads in [1, 2, 3] {
+                let mut st = GramStats::new(mu.clone(), 2);
+                st.add(&z, &y, rows, threads).unwrap();
+                assert!(max_rel(&st.gram.to_full(), &want) < 1e-12);
+                results.push(st);
+            }
+            assert_eq!(results[0], results[1], "thread count changed the sums");
+            assert_eq!(results[0], results[2]);
+            let g = &results[0].gram;
+            assert_eq!(g.get_lower(dim - 1, 0), want[(dim - 1) * dim]);
+        }
+    }
+
+    #[test]
+    fn merge_equals_union_and_reshift_is_exact() {
+        let (rows, dim, c) = (300, 40, 3);
+        let (z, y) = data(rows, dim, c);
+        let mut whole = GramStats::new(vec![100.0; dim], c);
+        whole.add(&z, &y, rows, 1).unwrap();
+        let mut a = GramStats::new(vec![100.0; dim], c);
+        a.add(&z[..120 * dim], &y[..120 * c], 120, 1).unwrap();
+        let mut b = GramStats::new(vec![99.5; dim], c);
+        b.add(&z[120 * dim..], &y[120 * c..], rows - 120, 2).unwrap();
+        a.merge(&b);
+        assert_eq!(a.n, whole.n);
+        assert!(max_rel(&a.gram.to_full(), &whole.gram.to_full()) < 1e-12);
+        assert!(max_rel(&a.s, &whole.s) < 1e-10);
+        assert!(max_rel(&a.t, &whole.t) < 1e-10);
+        let ca = a.centered();
+        let cw = whole.centered();
+        assert!(max_rel(&ca.cov, &cw.cov) < 1e-10);
+        assert!(max_rel(&ca.czy, &cw.czy) < 1e-10);
+    }
+
+    #[test]
+    fn non_finite_features_are_refused() {
+        let mut st = GramStats::new(vec![0.0; 2], 0);
+        assert!(st.add(&[1.0, f32::NAN], &[], 1, 1).is_err());
+        assert_eq!(st.n, 0);
+    }
+}
