@@ -11,6 +11,7 @@
 pub mod error;
 pub mod rng;
 pub mod sketch;
+pub mod solve;
 pub mod stats;
 
 pub use error::{Error, Result};

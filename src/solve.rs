@@ -1,0 +1,382 @@
+//! Solvers on statistics alone (math.md §13): RF-PCA, ridge with an unpenalised
+//! intercept for all outputs at once, the λ grid scored by generalised
+//! cross-validation, and folding into `f(x) = Wᵀz(x) + b`.
+
+use faer::{Mat, Side};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::stats::Centered;
+
+/// How many principal components to keep.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Components {
+    /// No PCA: ridge on all `D` features (`Ū = I`).
+    All,
+    /// The top `E`.
+    Fixed(usize),
+    /// The smallest `E` whose eigenvalues reach this share of the total.
+    Share(f64),
+}
+
+/// How λ is chosen.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LambdaChoice {
+    /// One fixed λ ≥ 0 for every output.
+    Fixed(f64),
+    /// The GCV argmin over the grid `σ̄·10^{-8+i/4}`, `i = 0..40`; shared over outputs
+    /// or one per output.
+    Gcv {
+        /// One λ per output instead of a shared one.
+        per_output: bool,
+    },
+}
+
+/// The RF-PCA of a covariance.
+#[derive(Debug, Clone)]
+pub struct Pca {
+    /// All `D` eigenvalues, descending, negatives clamped to 0.
+    pub eigenvalues: Vec<f64>,
+    /// Numerical rank threshold `τ = D ε max(λ_max, max G_ii)`.
+    pub tau: f64,
+    /// Components kept, `E_eff ≤ E`.
+    pub e_eff: usize,
+    /// Components asked for.
+    pub e_requested: usize,
+    /// `Ū`, row-major `D × E_eff`, each column sign-fixed (largest-magnitude entry positive).
+    pub basis: Vec<f64>,
+    /// Eigenvectors of all `D` eigenvalues (row-major `D × D`), kept for the no-PCA solve.
+    all_vectors: Vec<f64>,
+    /// Warnings (rank below E, non-unique subspace).
+    pub warnings: Vec<String>,
+}
+
+/// Eigendecomposition of a symmetric row-major `n × n` matrix: eigenvalues descending
+/// and eigenvectors as columns of a row-major matrix, each column sign-fixed.
+pub fn eigh_desc(a: &[f64], n: usize) -> Result<(Vec<f64>, Vec<f64>)> {
+    if n == 0 {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let m = Mat::<f64>::from_fn(n, n, |i, j| 0.5 * (a[i * n + j] + a[j * n + i]));
+    let evd = m
+        .self_adjoint_eigen(Side::Lower)
+        .map_err(|e| Error::Numerical(format!("eigendecomposition did not converge: {e:?}")))?;
+    let (u, s) = (evd.U(), evd.S());
+    let mut values = Vec::with_capacity(n);
+    let mut vectors = vec![0.0; n * n];
+    for (out_col, col) in (0..n).rev().enumerate() {
+        values.push(s[col]);
+        let mut best = 0usize;
+        for i in 0..n {
+            if u[(i, col)].abs() > u[(best, col)].abs() {
+                best = i;
+            }
+        }
+        let sign = if u[(best, col)] < 0.0 { -1.0 } else { 1.0 };
+        for i in 0..n {
+            vectors[i * n + out_col] = sign * u[(i, col)];
+        }
+    }
+    Ok((values, vectors))
+}
+
+impl Pca {
+    /// PCA of the centred covariance `stats.cov`.
+    pub fn fit(stats: &Centered, components: Components) -> Result<Pca> {
+        let dim = stats.mean.len();
+        let (mut values, vectors) = eigh_desc(&stats.cov, dim)?;
+        values.iter_mut().for_each(|v| *v = v.max(0.0));
+        let lmax = values.first().copied().unwrap_or(0.0);
+        let tau = dim as f64 * f64::EPSILON * lmax.max(stats.max_g_diag);
+        let rank = values.iter().filter(|&&v| v > tau).count();
+        let e_requested = match components {
+            Components::All => dim,
+            Components::Fixed(e) => e.min(dim),
+            Components::Share(rho) => {
+                let total: f64 = values.iter().sum();
+                let mut acc = 0.0;
+                let mut e = dim;
+                for (j, v) in values.iter().enumerate() {
+                    acc += v;
+                    if acc >= rho * total {
+                        e = j + 1;
+                        break;
+                    }
+                }
+                e
+            }
+        };
+        let mut warnings = Vec::new();
+        let e_eff = match components {
+            Components::All => dim,
+            _ => e_requested.min(rank),
+        };
+        if !matches!(components, Components::All) {
+            if e_eff < e_requested {
+                warnings.push(format!(
+                    "the covariance has numerical rank {rank}: keeping {e_eff} components, not {e_requested}"
+                ));
+            }
+            if e_eff > 0 && e_eff < dim && values[e_eff - 1] - values[e_eff] <= 1e-10 * lmax {
+                warnings.push(format!(
+                    "eigenvalues {} and {} are equal to 1e-10: the {e_eff}-dimensional subspace is not unique",
+                    e_eff - 1,
+                    e_eff
+                ));
+            }
+        }
+        let basis = (0..dim)
+            .flat_map(|i| vectors[i * dim..i * dim + e_eff].to_vec())
+            .collect();
+        Ok(Pca {
+            eigenvalues: values,
+            tau,
+            e_eff,
+            e_requested,
+            basis,
+            all_vectors: vectors,
+            warnings,
+        })
+    }
+}
+
+/// The GCV curve over the λ grid (math.md §13.6).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GcvCurve {
+    /// `σ̄`, the mean of the `σ_j`.
+    pub sigma_bar: f64,
+    /// The 41 λ values.
+    pub grid: Vec<f64>,
+    /// `df(λ)`.
+    pub df: Vec<f64>,
+    /// `RSS_k(λ)`, `grid × c`.
+    pub rss: Vec<Vec<f64>>,
+    /// Shared GCV score per λ.
+    pub shared: Vec<f64>,
+    /// Per-output GCV score, `grid × c`.
+    pub per_output: Vec<Vec<f64>>,
+    /// Argmin of the shared score (ties: larger λ).
+    pub chosen_shared: usize,
+    /// Argmin per output.
+    pub chosen_per_output: Vec<usize>,
+}
+
+/// A ridge problem in a rotated basis: `σ_j`, `R̃ = Bᵀ C_zy` and the basis `B` itself.
+#[derive(Debug, Clone)]
+pub struct RotatedProblem {
+    /// Columns of the basis in feature space, row-major `D × k`.
+    pub basis: Vec<f64>,
+    /// `k`.
+    pub k: usize,
+    /// `σ_j`.
+    pub sigma: Vec<f64>,
+    /// `R̃`, row-major `k × c`.
+    pub rt: Vec<f64>,
+    /// Outputs `c`.
+    pub c: usize,
+    /// Rank threshold.
+    pub tau: f64,
+}
+
+/// The fitted ridge, folded to feature space.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RidgeFit {
+    /// `W`, row-major `D × c`.
+    pub weights: Vec<f64>,
+    /// `b`.
+    pub bias: Vec<f64>,
+    /// λ of each output.
+    pub lambdas: Vec<f64>,
+    /// The GCV curve, when λ was chosen by GCV (or asked for).
+    pub gcv: Option<GcvCurve>,
+}
+
+/// `C = Aᵀ B` for row-major `A: n × p`, `B: n × q`.
+fn at_b(a: &[f64], b: &[f64], n: usize, p: usize, q: usize) -> Vec<f64> {
+    let a = ndarray::ArrayView2::from_shape((n, p), a).expect("shape");
+    let b = ndarray::ArrayView2::from_shape((n, q), b).expect("shape");
+    a.t().dot(&b).iter().copied().collect()
+}
+
+/// `C = A B` for row-major `A: n × p`, `B: p × q`.
+fn a_b(a: &[f64], b: &[f64], n: usize, p: usize, q: usize) -> Vec<f64> {
+    let a = ndarray::ArrayView2::from_shape((n, p), a).expect("shape");
+    let b = ndarray::ArrayView2::from_shape((p, q), b).expect("shape");
+    a.dot(&b).iter().copied().collect()
+}
+
+impl RotatedProblem {
+    /// Builds the ridge problem on the PCA features of `labeled` (math.md §13.2).
+    /// `same_rows` says the PCA was fitted on these very statistics (`A = L`), so
+    /// `S = Λ_E` is diagonal and no second eigendecomposition is needed.
+    pub fn new(pca: &Pca, labeled: &Centered, same_rows: bool, use_pca: bool) -> Result<Self> {
+        let dim = labeled.mean.len();
+        let c = labeled.cyy.len();
+        let (ubar, e) = if use_pca {
+            (&pca.basis, pca.e_eff)
+        } else {
+            (&pca.all_vectors, dim)
+        };
+        let r = at_b(ubar, &labeled.czy, dim, e, c);
+        if same_rows {
+            return Ok(RotatedProblem {
+                basis: ubar.clone(),
+                k: e,
+                sigma: pca.eigenvalues[..e].to_vec(),
+                rt: r,
+                c,
+                tau: pca.tau,
+            });
+        }
+        // S = Ūᵀ C_L Ū, then rotate by its eigenvectors V: basis ŪV, R̃ = Vᵀ R.
+        let cu = a_b(&labeled.cov, ubar, dim, dim, e);
+        let s = at_b(ubar, &cu, dim, e, e);
+        let (mut sigma, v) = eigh_desc(&s, e)?;
+        sigma.iter_mut().for_each(|x| *x = x.max(0.0));
+        Ok(RotatedProblem {
+            basis: a_b(ubar, &v, dim, e, e),
+            k: e,
+            sigma,
+            rt: at_b(&v, &r, e, e, c),
+            c,
+            tau: pca.tau,
+        })
+    }
+
+    /// The λ grid `σ̄·10^{-8+i/4}`.
+    pub fn grid(&self) -> (f64, Vec<f64>) {
+        let sigma_bar = if self.k == 0 {
+            0.0
+        } else {
+            self.sigma.iter().sum::<f64>() / self.k as f64
+        };
+        (sigma_bar, (0..=40).map(|i| sigma_bar * 10f64.powf(-8.0 + i as f64 / 4.0)).collect())
+    }
+
+    /// GCV scores over the grid (stable form) for `n` labeled rows with `c_yy`.
+    pub fn gcv(&self, n: u64, cyy: &[f64]) -> GcvCurve {
+        let (sigma_bar, grid) = self.grid();
+        let n = n as f64;
+        let c = self.c;
+        let keep: Vec<bool> = self.sigma.iter().map(|&s| s > self.tau).collect();
+        let lsq: Vec<f64> = (0..c)
+            .map(|k| {
+                let fit: f64 = (0..self.k)
+                    .filter(|&j| keep[j])
+                    .map(|j| self.rt[j * c + k].powi(2) / self.sigma[j])
+                    .sum();
+                (cyy[k] - fit).max(0.0)
+            })
+            .collect();
+        let mut df = Vec::new();
+        let mut rss = Vec::new();
+        let mut shared = Vec::new();
+        let mut per_output = Vec::new();
+        for &lam in &grid {
+            let dfl = 1.0
+                + self
+                    .sigma
+                    .iter()
+                    .map(|&s| if s + lam > 0.0 { s / (s + lam) } else { 0.0 })
+                    .sum::<f64>();
+            let r: Vec<f64> = (0..c)
+                .map(|k| {
+                    lsq[k]
+                        + (0..self.k)
+                            .filter(|&j| keep[j])
+                            .map(|j| {
+                                let s = self.sigma[j];
+                                self.rt[j * c + k].powi(2) * lam * lam / (s * (s + lam).powi(2))
+                            })
+                            .sum::<f64>()
+                })
+                .collect();
+            let denom = (1.0 - dfl / n).powi(2);
+            let score = |x: f64| if dfl >= n { f64::INFINITY } else { x / n / denom };
+            shared.push(score(r.iter().sum()));
+            per_output.push(r.iter().map(|&x| score(x)).collect::<Vec<_>>());
+            df.push(dfl);
+            rss.push(r);
+        }
+        let argmin = |f: &dyn Fn(usize) -> f64| {
+            let mut best = 0;
+            for i in 1..grid.len() {
+                if f(i) <= f(best) {
+                    best = i;
+                }
+            }
+            best
+        };
+        let chosen_shared = argmin(&|i| shared[i]);
+        let chosen_per_output = (0..c).map(|k| argmin(&|i| per_output[i][k])).collect();
+        GcvCurve {
+            sigma_bar,
+            grid,
+            df,
+            rss,
+            shared,
+            per_output,
+            chosen_shared,
+            chosen_per_output,
+        }
+    }
+
+    /// Coefficients in the rotated basis for per-output λ (`k × c`); λ = 0 uses the
+    /// pseudo-inverse on `σ_j > τ`.
+    pub fn coefficients(&self, lambdas: &[f64]) -> Vec<f64> {
+        let c = self.c;
+        let mut w = vec![0.0; self.k * c];
+        for j in 0..self.k {
+            for k in 0..c {
+                let (s, lam) = (self.sigma[j], lambdas[k]);
+                w[j * c + k] = if lam == 0.0 {
+                    if s > self.tau {
+                        self.rt[j * c + k] / s
+                    } else {
+                        0.0
+                    }
+                } else {
+                    self.rt[j * c + k] / (s + lam)
+                };
+            }
+        }
+        w
+    }
+
+    /// Folds rotated coefficients into `W = B w` and `b = ȳ − Wᵀ z̄_L`.
+    pub fn fold(&self, w: &[f64], labeled: &Centered) -> (Vec<f64>, Vec<f64>) {
+        let dim = labeled.mean.len();
+        let weights = a_b(&self.basis, w, dim, self.k, self.c);
+        let bias = (0..self.c)
+            .map(|k| labeled.ymean[k] - (0..dim).map(|i| weights[i * self.c + k] * labeled.mean[i]).sum::<f64>())
+            .collect();
+        (weights, bias)
+    }
+
+    /// Ridge with λ chosen as asked.
+    pub fn solve(&self, labeled: &Centered, lambda: &LambdaChoice) -> RidgeFit {
+        let c = self.c;
+        let (lambdas, gcv) = match lambda {
+            LambdaChoice::Fixed(l) => (vec![*l; c], None),
+            LambdaChoice::Gcv { per_output } => {
+                let curve = self.gcv(labeled.n, &labeled.cyy);
+                let l = if *per_output {
+                    curve.chosen_per_output.iter().map(|&i| curve.grid[i]).collect()
+                } else {
+                    vec![curve.grid[curve.chosen_shared]; c]
+                };
+                (l, Some(curve))
+            }
+        };
+        let w = self.coefficients(&lambdas);
+        let (weights, bias) = self.fold(&w, labeled);
+        RidgeFit {
+            weights,
+            bias,
+            lambdas,
+            gcv,
+        }
+    }
+}
