@@ -12,6 +12,11 @@ pub mod error;
 pub mod rng;
 pub mod sketch;
 pub mod solve;
+pub mod source;
 pub mod stats;
 
 pub use error::{Error, Result};
+pub mod atomic;
+pub mod model;
+pub mod pipeline;
+pub mod cli;

@@ -1,0 +1,35 @@
+use std::path::PathBuf;
+
+use crate::error::{Error, Result};
+use crate::model::Model;
+use crate::pipeline::predict::evaluate;
+
+/// `sketchfit evaluate MODEL --input FILES`
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The model file.
+    model: PathBuf,
+    /// Labeled Parquet files (paths or globs).
+    #[arg(short, long, required = true, num_args = 1..)]
+    input: Vec<PathBuf>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Rows per chunk.
+    #[arg(long, default_value_t = 8192)]
+    chunk_rows: usize,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let model = Model::load(&a.model)?;
+    let ev = evaluate(&model, &a.input, a.chunk_rows.max(1), super::threads(a.threads), true)?;
+    let text = if a.json {
+        serde_json::to_string_pretty(&ev).map_err(|e| Error::Numerical(e.to_string()))? + "\n"
+    } else {
+        ev.to_text()
+    };
+    super::print_out(&text)
+}

@@ -1,0 +1,81 @@
+//! The command line: one file per subcommand, each parsing its flags and calling the
+//! library. Errors print to stderr; bad usage or bad input exits 2, other failures 1.
+
+mod evaluate;
+mod inspect;
+mod predict;
+mod train;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::error::Error;
+
+/// Kernel models on data larger than memory.
+#[derive(Debug, Parser)]
+#[command(name = "sketchfit", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Train a model from a pipeline file.
+    Train(train::Args),
+    /// Write predictions for Parquet files.
+    Predict(predict::Args),
+    /// Score a model on labeled Parquet files.
+    Evaluate(evaluate::Args),
+    /// Describe a model file.
+    Inspect(inspect::Args),
+}
+
+/// Runs the command line; returns the process exit code.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let result = match cli.command {
+        Command::Train(a) => train::run(a),
+        Command::Predict(a) => predict::run(a),
+        Command::Evaluate(a) => evaluate::run(a),
+        Command::Inspect(a) => inspect::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            let mut src = std::error::Error::source(&e);
+            while let Some(s) = src {
+                eprintln!("  caused by: {s}");
+                src = s.source();
+            }
+            ExitCode::from(if e.is_user_error() { 2 } else { 1 })
+        }
+    }
+}
+
+/// Threads from a flag (0 or absent: all cores).
+fn threads(flag: Option<usize>) -> usize {
+    match flag {
+        Some(n) if n > 0 => n,
+        _ => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    }
+}
+
+/// Prints to stdout, treating a closed pipe as success.
+fn print_out(text: &str) -> Result<(), Error> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Error::io("stdout", e)),
+        _ => Ok(()),
+    }
+}

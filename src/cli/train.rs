@@ -1,0 +1,67 @@
+use std::path::PathBuf;
+
+use crate::error::Result;
+use crate::pipeline::predict::{evaluate, Evaluation};
+use crate::pipeline::spec::PipelineSpec;
+use crate::source::Dataset;
+
+/// `sketchfit train PIPELINE -o MODEL`
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The pipeline file (TOML).
+    pipeline: PathBuf,
+    /// Where to write the model.
+    #[arg(short, long)]
+    output: PathBuf,
+    /// Override a pipeline key, e.g. --set stages.0.dim=1024 (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+    /// Worker threads (default: all cores; overrides run.threads).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// No progress bar or progress lines on stderr.
+    #[arg(short, long)]
+    quiet: bool,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let mut set = a.set.clone();
+    if let Some(t) = a.threads {
+        set.push(format!("run.threads={t}"));
+    }
+    let spec = PipelineSpec::load(&a.pipeline, &set)?;
+    // Check the test files before the long pass, so a typo costs nothing.
+    if !spec.data.test.is_empty() {
+        Dataset::open(&spec.data.test, spec.columns())?;
+    }
+    let quiet = a.quiet;
+    let model = crate::pipeline::train::train(&spec, !quiet, &mut |line| {
+        if !quiet {
+            eprintln!("{line}");
+        }
+    })?;
+    let h = &model.header;
+    let mut out = format!(
+        "trained on {} rows: D = {}, components = {}, outputs = {}, lambda = {}\n",
+        h.rows,
+        h.dim,
+        h.components,
+        h.outputs,
+        crate::pipeline::train::lambda_text(&h.lambdas)
+    );
+    if !spec.data.test.is_empty() {
+        match evaluate(&model, &spec.data.test, spec.run.chunk_rows, spec.threads(), !quiet)? {
+            Evaluation::Classification { rows, accuracy, .. } => {
+                out += &format!("test accuracy: {:.4} ({rows} rows)\n", accuracy);
+            }
+            Evaluation::Regression { rows, targets, rmse, r2 } => {
+                for (k, t) in targets.iter().enumerate() {
+                    out += &format!("test {t}: rmse {:.6}, r2 {:.6} ({rows} rows)\n", rmse[k], r2[k]);
+                }
+            }
+        }
+    }
+    model.save(&a.output)?;
+    out += &format!("model written to {}\n", a.output.display());
+    super::print_out(&out)
+}

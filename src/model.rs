@@ -1,0 +1,301 @@
+//! Everything needed to predict, saved to one safetensors file: the materialised
+//! random parameters of every stage, the folded weights `W = Ū·w` and bias, the
+//! feature mean and eigenvalue spectrum (for `inspect`), and a JSON header
+//! (`__metadata__["sketchfit"]`) with the spec, classes, columns and format version.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use safetensors::tensor::{SafeTensors, TensorView};
+use safetensors::Dtype;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::pipeline::spec::Task;
+use crate::sketch::{FeaturePipeline, ParamArray, ParamData, Stage, StageSpec};
+use crate::solve::GcvCurve;
+use crate::source::{Classes, ResolvedFeatures};
+
+/// Model file format version; bumped on any incompatible change.
+pub const FORMAT_VERSION: u32 = 1;
+const FORMAT_NAME: &str = "sketchfit-model";
+
+/// The JSON header of a model file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ModelHeader {
+    /// Always `sketchfit-model`.
+    pub format: String,
+    /// [`FORMAT_VERSION`].
+    pub version: u32,
+    /// The crate version that wrote it.
+    pub written_by: String,
+    /// Task.
+    pub task: Task,
+    /// Classes (classification).
+    pub classes: Option<Classes>,
+    /// Label column (classification).
+    pub label: Option<String>,
+    /// Target columns (regression).
+    pub targets: Vec<String>,
+    /// Feature columns and `d`.
+    pub features: ResolvedFeatures,
+    /// The stages, in order.
+    pub stages: Vec<StageSpec>,
+    /// The pipeline seed.
+    pub seed: u64,
+    /// Total feature dimension `D`.
+    pub dim: usize,
+    /// Outputs `c`.
+    pub outputs: usize,
+    /// PCA components used (`D` without PCA).
+    pub components: usize,
+    /// PCA components asked for.
+    pub components_requested: usize,
+    /// λ per output.
+    pub lambdas: Vec<f64>,
+    /// GCV curve.
+    pub gcv: Option<GcvCurve>,
+    /// Training rows.
+    pub rows: u64,
+    /// The whole pipeline spec, for the record.
+    pub pipeline: serde_json::Value,
+    /// FNV-1a 64 of every array's bytes in name order, hex.
+    #[serde(default)]
+    pub checksum: String,
+}
+
+/// A trained model.
+#[derive(Debug)]
+pub struct Model {
+    /// Header.
+    pub header: ModelHeader,
+    /// The feature map.
+    pub pipeline: FeaturePipeline,
+    /// `W`, row-major `D × c`.
+    pub weights: Vec<f64>,
+    /// `b`.
+    pub bias: Vec<f64>,
+    /// `z̄` over the training rows.
+    pub mean: Vec<f64>,
+    /// Eigenvalues of the feature covariance, descending.
+    pub eigenvalues: Vec<f64>,
+}
+
+fn fnv1a(hash: &mut u64, bytes: &[u8]) {
+    for &b in bytes {
+        *hash ^= u64::from(b);
+        *hash = hash.wrapping_mul(0x100_0000_01b3);
+    }
+}
+
+fn f64_bytes(v: &[f64]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn f64_from(bytes: &[u8]) -> Vec<f64> {
+    bytes
+        .chunks_exact(8)
+        .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")))
+        .collect()
+}
+
+impl Model {
+    /// Scores `f(x) = Wᵀz(x) + b` for a chunk (`rows × c`, f64). `z` is scratch of
+    /// `rows × D` f32 features, returned filled.
+    pub fn scores(&self, x: &[f32], rows: usize, z: &mut Vec<f32>, threads: usize) -> Vec<f64> {
+        let (dim, c) = (self.header.dim, self.header.outputs);
+        z.resize(rows * dim, 0.0);
+        self.pipeline.map_chunk(x, rows, z, threads);
+        let w = ndarray::ArrayView2::from_shape((dim, c), &self.weights).expect("weights shape");
+        let mut out = Vec::with_capacity(rows * c);
+        const BLOCK: usize = 1024;
+        for start in (0..rows).step_by(BLOCK) {
+            let nb = BLOCK.min(rows - start);
+            let zb = ndarray::Array2::from_shape_fn((nb, dim), |(r, i)| f64::from(z[(start + r) * dim + i]));
+            let s = zb.dot(&w);
+            for r in 0..nb {
+                for k in 0..c {
+                    out.push(s[(r, k)] + self.bias[k]);
+                }
+            }
+        }
+        out
+    }
+
+    /// Predicted class index per row from scores (one-vs-all argmax, ties to the lower
+    /// index; binary: the second class iff `f > 0`).
+    pub fn classify(&self, scores: &[f64]) -> Vec<usize> {
+        let c = self.header.outputs;
+        if c == 1 {
+            return scores.iter().map(|&s| usize::from(s > 0.0)).collect();
+        }
+        scores
+            .chunks_exact(c)
+            .map(|s| {
+                let mut best = 0;
+                for k in 1..c {
+                    if s[k] > s[best] {
+                        best = k;
+                    }
+                }
+                best
+            })
+            .collect()
+    }
+
+    fn arrays(&self) -> Vec<(String, Dtype, Vec<usize>, Vec<u8>)> {
+        let (dim, c) = (self.header.dim, self.header.outputs);
+        let mut out = vec![
+            ("weights".to_string(), Dtype::F64, vec![dim, c], f64_bytes(&self.weights)),
+            ("bias".to_string(), Dtype::F64, vec![c], f64_bytes(&self.bias)),
+            ("mean".to_string(), Dtype::F64, vec![dim], f64_bytes(&self.mean)),
+            (
+                "eigenvalues".to_string(),
+                Dtype::F64,
+                vec![self.eigenvalues.len()],
+                f64_bytes(&self.eigenvalues),
+            ),
+        ];
+        for (i, stage) in self.pipeline.stages().iter().enumerate() {
+            for p in stage.params() {
+                let (dtype, bytes) = match &p.data {
+                    ParamData::U32(v) => (Dtype::U32, v.iter().flat_map(|x| x.to_le_bytes()).collect()),
+                    ParamData::I8(v) => (Dtype::I8, v.iter().map(|&x| x as u8).collect()),
+                };
+                out.push((format!("stage{i}.{}", p.name), dtype, p.shape, bytes));
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// The model file's bytes.
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        let arrays = self.arrays();
+        let mut hash = 0xcbf2_9ce4_8422_2325u64;
+        for (_, _, _, bytes) in &arrays {
+            fnv1a(&mut hash, bytes);
+        }
+        let mut header = self.header.clone();
+        header.checksum = format!("{hash:016x}");
+        let json = serde_json::to_string(&header).map_err(|e| Error::Numerical(format!("model header: {e}")))?;
+        let views = arrays
+            .iter()
+            .map(|(name, dtype, shape, bytes)| {
+                TensorView::new(*dtype, shape.clone(), bytes).map(|v| (name.clone(), v))
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| Error::Numerical(format!("model arrays: {e}")))?;
+        let meta = HashMap::from([("sketchfit".to_string(), json)]);
+        safetensors::serialize(views, Some(meta)).map_err(|e| Error::Numerical(format!("model file: {e}")))
+    }
+
+    /// Saves atomically (temporary name, then rename).
+    pub fn save(&self, path: &Path) -> Result<()> {
+        crate::atomic::write_bytes(path, &self.to_bytes()?)
+    }
+
+    /// Loads and checks a model file.
+    pub fn load(path: &Path) -> Result<Model> {
+        let bytes = std::fs::read(path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                Error::BadModel {
+                    path: path.into(),
+                    message: "model file not found".into(),
+                }
+            } else {
+                Error::io(path, e)
+            }
+        })?;
+        Self::from_bytes(&bytes).map_err(|message| Error::BadModel {
+            path: path.into(),
+            message,
+        })
+    }
+
+    /// Parses a model file's bytes.
+    pub fn from_bytes(bytes: &[u8]) -> std::result::Result<Model, String> {
+        let not_ours = "not a sketchfit model file (no sketchfit header)";
+        let (_, meta) = SafeTensors::read_metadata(bytes).map_err(|e| format!("not a safetensors file: {e}"))?;
+        let json = meta
+            .metadata()
+            .as_ref()
+            .and_then(|m| m.get("sketchfit"))
+            .ok_or(not_ours)?;
+        let header: ModelHeader = serde_json::from_str(json).map_err(|e| format!("bad model header: {e}"))?;
+        if header.format != FORMAT_NAME {
+            return Err(not_ours.into());
+        }
+        if header.version != FORMAT_VERSION {
+            return Err(format!(
+                "model format version {} is not supported by this sketchfit (reads version {FORMAT_VERSION})",
+                header.version
+            ));
+        }
+        let st = SafeTensors::deserialize(bytes).map_err(|e| format!("damaged model file: {e}"))?;
+        let mut names: Vec<String> = st.names().into_iter().map(String::from).collect();
+        names.sort();
+        let mut hash = 0xcbf2_9ce4_8422_2325u64;
+        for n in &names {
+            let t = st.tensor(n).map_err(|e| e.to_string())?;
+            fnv1a(&mut hash, t.data());
+        }
+        if format!("{hash:016x}") != header.checksum {
+            return Err("checksum mismatch: the model file is damaged".into());
+        }
+        let (dim, c, d) = (header.dim, header.outputs, header.features.dim);
+        let get_f64 = |name: &str, len: usize| -> std::result::Result<Vec<f64>, String> {
+            let t = st.tensor(name).map_err(|_| format!("missing array '{name}'"))?;
+            if t.dtype() != Dtype::F64 || t.shape().iter().product::<usize>() != len {
+                return Err(format!("array '{name}' has the wrong type or shape"));
+            }
+            Ok(f64_from(t.data()))
+        };
+        let weights = get_f64("weights", dim * c)?;
+        let bias = get_f64("bias", c)?;
+        let mean = get_f64("mean", dim)?;
+        let ev_len = st.tensor("eigenvalues").map(|t| t.shape().iter().product()).unwrap_or(0);
+        let eigenvalues = get_f64("eigenvalues", ev_len)?;
+        let mut stages = Vec::new();
+        for (i, spec) in header.stages.iter().enumerate() {
+            let prefix = format!("stage{i}.");
+            let mut params = Vec::new();
+            for n in names.iter().filter(|n| n.starts_with(&prefix)) {
+                let t = st.tensor(n).map_err(|e| e.to_string())?;
+                let data = match t.dtype() {
+                    Dtype::U32 => ParamData::U32(
+                        t.data()
+                            .chunks_exact(4)
+                            .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
+                            .collect(),
+                    ),
+                    Dtype::I8 => ParamData::I8(t.data().iter().map(|&b| b as i8).collect()),
+                    other => return Err(format!("array '{n}' has unsupported type {other:?}")),
+                };
+                params.push(ParamArray {
+                    name: n[prefix.len()..].to_string(),
+                    shape: t.shape().to_vec(),
+                    data,
+                });
+            }
+            stages.push(Stage::from_params(spec, d, &params).map_err(|e| format!("stage {i}: {e}"))?);
+        }
+        let pipeline = FeaturePipeline::from_stages(stages, d);
+        if pipeline.output_dim() != dim {
+            return Err(format!("stages give {} features but the weights have {dim}", pipeline.output_dim()));
+        }
+        Ok(Model {
+            header,
+            pipeline,
+            weights,
+            bias,
+            mean,
+            eigenvalues,
+        })
+    }
+}
+
+/// Builds a header (used by training).
+pub(crate) fn header_base() -> (String, u32, String) {
+    (FORMAT_NAME.into(), FORMAT_VERSION, env!("CARGO_PKG_VERSION").into())
+}

@@ -1,0 +1,281 @@
+//! Streaming use of a saved model: `predict` writes a Parquet file of predictions
+//! (and kept columns), `evaluate` scores labeled data. Both read the same columns the
+//! model was trained on and check the input dimension first.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
+use arrow_schema::{DataType, Field, Schema};
+use parquet::arrow::ArrowWriter;
+use serde::Serialize;
+
+use crate::atomic::AtomicFile;
+use crate::error::{Error, Location, Result};
+use crate::model::Model;
+use crate::pipeline::spec::Task;
+use crate::pipeline::train::{progress, stream};
+use crate::source::{Chunk, Classes, ColumnSpec, Dataset, FeatureColumns};
+
+fn open_for(model: &Model, inputs: &[PathBuf], with_truth: bool, keep: &[String]) -> Result<Dataset> {
+    let f = &model.header.features;
+    let features = if f.list {
+        FeatureColumns::List(f.columns[0].clone())
+    } else {
+        FeatureColumns::Columns(f.columns.iter().map(|c| glob::Pattern::escape(c)).collect())
+    };
+    let spec = ColumnSpec {
+        features,
+        label: if with_truth { model.header.label.clone() } else { None },
+        targets: if with_truth { model.header.targets.clone() } else { Vec::new() },
+        keep: keep.to_vec(),
+    };
+    let ds = Dataset::open(inputs, spec)?;
+    if ds.dim() != f.dim {
+        return Err(Error::data(
+            Location::file(&ds.files[0].path).column(f.columns[0].clone()),
+            format!("the input has {} features but the model was trained on {}", ds.dim(), f.dim),
+        ));
+    }
+    Ok(ds)
+}
+
+/// Metrics of a model on labeled data.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum Evaluation {
+    /// Classification metrics.
+    Classification {
+        /// Rows scored.
+        rows: u64,
+        /// Share of rows predicted right.
+        accuracy: f64,
+        /// Class labels.
+        classes: Vec<String>,
+        /// `confusion[true][predicted]`.
+        confusion: Vec<Vec<u64>>,
+        /// Per-class precision (NaN-free: 0 when nothing was predicted as the class).
+        precision: Vec<f64>,
+        /// Per-class recall.
+        recall: Vec<f64>,
+    },
+    /// Regression metrics.
+    Regression {
+        /// Rows scored.
+        rows: u64,
+        /// Target names.
+        targets: Vec<String>,
+        /// Root mean squared error per target.
+        rmse: Vec<f64>,
+        /// Coefficient of determination per target.
+        r2: Vec<f64>,
+    },
+}
+
+impl Evaluation {
+    /// A human-readable report.
+    pub fn to_text(&self) -> String {
+        match self {
+            Evaluation::Classification {
+                rows,
+                accuracy,
+                classes,
+                confusion,
+                precision,
+                recall,
+            } => {
+                let mut s = format!("rows: {rows}\naccuracy: {:.4}\n\nclass  precision  recall  support\n", accuracy);
+                for (k, name) in classes.iter().enumerate() {
+                    let support: u64 = confusion[k].iter().sum();
+                    s += &format!("{name:>5}  {:>9.4}  {:>6.4}  {support:>7}\n", precision[k], recall[k]);
+                }
+                s += "\nconfusion (rows: true class, columns: predicted)\n";
+                for (k, row) in confusion.iter().enumerate() {
+                    s += &format!(
+                        "{:>5} {}\n",
+                        classes[k],
+                        row.iter().map(|v| format!("{v:>6}")).collect::<String>()
+                    );
+                }
+                s
+            }
+            Evaluation::Regression { rows, targets, rmse, r2 } => {
+                let mut s = format!("rows: {rows}\n");
+                for (k, t) in targets.iter().enumerate() {
+                    s += &format!("{t}: rmse {:.6} r2 {:.6}\n", rmse[k], r2[k]);
+                }
+                s
+            }
+        }
+    }
+}
+
+/// Scores a model on labeled files.
+pub fn evaluate(model: &Model, inputs: &[PathBuf], chunk_rows: usize, threads: usize, show: bool) -> Result<Evaluation> {
+    let ds = open_for(model, inputs, true, &[])?;
+    let bar = progress(ds.total_rows(), "evaluate", show);
+    let mut z = Vec::new();
+    let h = &model.header;
+    let c = h.outputs;
+    let ncls = h.classes.as_ref().map_or(0, Classes::len);
+    let mut confusion = vec![vec![0u64; ncls]; ncls];
+    let (mut sse, mut sum, mut sumsq) = (vec![0.0; c], vec![0.0; c], vec![0.0; c]);
+    let mut rows = 0u64;
+    stream(&ds, &ds.units(), chunk_rows, &mut |ch: Chunk| {
+        let scores = model.scores(&ch.x, ch.rows, &mut z, threads);
+        match (&h.task, &h.classes) {
+            (Task::Classification, Some(classes)) => {
+                let truth = classes.encode(ch.labels.as_ref().expect("label column read"), &ch.location)?;
+                for (t, p) in truth.iter().zip(model.classify(&scores)) {
+                    confusion[*t as usize][p] += 1;
+                }
+            }
+            _ => {
+                for r in 0..ch.rows {
+                    for k in 0..c {
+                        let y = ch.targets[r * c + k];
+                        sse[k] += (scores[r * c + k] - y).powi(2);
+                        sum[k] += y;
+                        sumsq[k] += y * y;
+                    }
+                }
+            }
+        }
+        rows += ch.rows as u64;
+        bar.inc(ch.rows as u64);
+        Ok(())
+    })?;
+    bar.finish_and_clear();
+    let n = rows as f64;
+    Ok(match &h.classes {
+        Some(classes) => {
+            let right: u64 = (0..ncls).map(|k| confusion[k][k]).sum();
+            let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
+            Evaluation::Classification {
+                rows,
+                accuracy: ratio(right, rows),
+                classes: (0..ncls).map(|k| classes.name(k)).collect(),
+                precision: (0..ncls)
+                    .map(|k| ratio(confusion[k][k], (0..ncls).map(|t| confusion[t][k]).sum()))
+                    .collect(),
+                recall: (0..ncls).map(|k| ratio(confusion[k][k], confusion[k].iter().sum())).collect(),
+                confusion,
+            }
+        }
+        None => Evaluation::Regression {
+            rows,
+            targets: h.targets.clone(),
+            rmse: sse.iter().map(|s| (s / n).sqrt()).collect(),
+            r2: (0..c)
+                .map(|k| {
+                    let tss = sumsq[k] - sum[k] * sum[k] / n;
+                    if tss > 0.0 {
+                        1.0 - sse[k] / tss
+                    } else {
+                        0.0
+                    }
+                })
+                .collect(),
+        },
+    })
+}
+
+/// Options of [`predict`].
+#[derive(Debug, Clone, Default)]
+pub struct PredictOptions {
+    /// Columns copied through.
+    pub keep: Vec<String>,
+    /// Write the scores `f_k(x)` too.
+    pub scores: bool,
+    /// Rows per chunk.
+    pub chunk_rows: usize,
+    /// Threads.
+    pub threads: usize,
+    /// Show a progress bar.
+    pub progress: bool,
+}
+
+/// Writes predictions for `inputs` to the Parquet file `output`, atomically.
+pub fn predict(model: &Model, inputs: &[PathBuf], output: &Path, opts: &PredictOptions) -> Result<u64> {
+    let h = &model.header;
+    let ds = open_for(model, inputs, false, &opts.keep)?;
+    let mut fields: Vec<Field> = Vec::new();
+    for k in &opts.keep {
+        let f = ds.files[0]
+            .schema()
+            .fields()
+            .iter()
+            .find(|f| f.name() == k)
+            .map(|f| f.as_ref().clone())
+            .ok_or_else(|| Error::data(Location::file(&ds.files[0].path).column(k.clone()), "kept column not found"))?;
+        fields.push(f);
+    }
+    let c = h.outputs;
+    let pred_names: Vec<String> = match h.task {
+        Task::Classification => vec!["prediction".into()],
+        Task::Regression if c == 1 => vec!["prediction".into()],
+        Task::Regression => h.targets.iter().map(|t| format!("prediction_{t}")).collect(),
+    };
+    let score_names: Vec<String> = match (&h.classes, opts.scores) {
+        (Some(cl), true) if c == 1 => vec![format!("score_{}", cl.name(1))],
+        (Some(cl), true) => (0..c).map(|k| format!("score_{}", cl.name(k))).collect(),
+        _ => Vec::new(),
+    };
+    let pred_type = match &h.classes {
+        Some(Classes::Int(_)) => DataType::Int64,
+        Some(Classes::Str(_)) => DataType::Utf8,
+        None => DataType::Float64,
+    };
+    for n in pred_names.iter().chain(&score_names) {
+        if opts.keep.contains(n) {
+            return Err(Error::config("command line", "--keep", format!("kept column '{n}' clashes with an output column")));
+        }
+        fields.push(Field::new(n, if score_names.contains(n) { DataType::Float64 } else { pred_type.clone() }, false));
+    }
+    let schema = Arc::new(Schema::new(fields));
+    let mut out = AtomicFile::create(output)?;
+    let mut writer = ArrowWriter::try_new(out.take_file(), schema.clone(), None).map_err(|source| Error::Parquet {
+        location: Location::file(output),
+        source,
+    })?;
+    let bar = progress(ds.total_rows(), "predict", opts.progress);
+    let mut z = Vec::new();
+    let mut rows = 0u64;
+    stream(&ds, &ds.units(), opts.chunk_rows, &mut |ch: Chunk| {
+        let scores = model.scores(&ch.x, ch.rows, &mut z, opts.threads);
+        let mut cols: Vec<ArrayRef> = ch.keep.clone();
+        match &h.classes {
+            Some(classes) => {
+                let idx = model.classify(&scores);
+                cols.push(match classes {
+                    Classes::Int(v) => Arc::new(Int64Array::from_iter_values(idx.iter().map(|&k| v[k]))),
+                    Classes::Str(v) => Arc::new(StringArray::from_iter_values(idx.iter().map(|&k| v[k].as_str()))),
+                });
+                for k in 0..score_names.len() {
+                    cols.push(Arc::new(Float64Array::from_iter_values((0..ch.rows).map(|r| scores[r * c + k]))));
+                }
+            }
+            None => {
+                for k in 0..c {
+                    cols.push(Arc::new(Float64Array::from_iter_values((0..ch.rows).map(|r| scores[r * c + k]))));
+                }
+            }
+        }
+        let batch = RecordBatch::try_new(schema.clone(), cols)
+            .map_err(|e| Error::data(ch.location.clone(), format!("cannot assemble output rows: {e}")))?;
+        writer.write(&batch).map_err(|source| Error::Parquet {
+            location: Location::file(output),
+            source,
+        })?;
+        rows += ch.rows as u64;
+        bar.inc(ch.rows as u64);
+        Ok(())
+    })?;
+    bar.finish_and_clear();
+    writer.close().map_err(|source| Error::Parquet {
+        location: Location::file(output),
+        source,
+    })?;
+    out.commit()?;
+    Ok(rows)
+}

@@ -1,0 +1,428 @@
+//! The pipeline file: TOML → typed, validated [`PipelineSpec`]. Every key has a
+//! default (README, "Pipeline file reference"); an unknown key is an error naming
+//! the key and the file; `--set key=value` overrides any key before validation.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::sketch::StageSpec;
+use crate::solve::{Components, LambdaChoice};
+use crate::source::{ColumnSpec, FeatureColumns};
+
+/// Classification or regression.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Task {
+    /// One-vs-all ±1 targets from a label column.
+    #[default]
+    Classification,
+    /// One or more real target columns.
+    Regression,
+}
+
+/// `[data]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataSpec {
+    /// Training files (paths or globs; relative paths are relative to the pipeline file).
+    pub train: Vec<PathBuf>,
+    /// Test files, scored at the end of training.
+    #[serde(default)]
+    pub test: Vec<PathBuf>,
+    /// Feature columns by name or glob (default: every numeric column but the label and targets).
+    #[serde(default)]
+    pub features: Vec<String>,
+    /// One list column holding the features, instead of `features`.
+    #[serde(default)]
+    pub feature_list: Option<String>,
+    /// Label column (classification).
+    #[serde(default)]
+    pub label: Option<String>,
+    /// Target columns (regression).
+    #[serde(default)]
+    pub targets: Vec<String>,
+}
+
+/// `[pca]`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PcaSpec {
+    /// Keep the top `E` components.
+    #[serde(default)]
+    pub components: Option<usize>,
+    /// Keep the fewest components that explain this share of the variance, in (0, 1].
+    #[serde(default)]
+    pub variance: Option<f64>,
+}
+
+/// λ as written: a number or `"gcv"`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum LambdaValue {
+    /// A fixed λ.
+    Number(f64),
+    /// `"gcv"`.
+    Word(String),
+}
+
+/// `[ridge]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RidgeSpec {
+    /// A number ≥ 0, or `"gcv"` (default).
+    #[serde(default = "default_lambda")]
+    pub lambda: LambdaValue,
+    /// One λ per output (GCV only).
+    #[serde(default)]
+    pub per_output: bool,
+}
+
+fn default_lambda() -> LambdaValue {
+    LambdaValue::Word("gcv".into())
+}
+
+impl Default for RidgeSpec {
+    fn default() -> Self {
+        RidgeSpec {
+            lambda: default_lambda(),
+            per_output: false,
+        }
+    }
+}
+
+/// How the accumulator shift `μ` is chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ShiftMode {
+    /// Mean features of the pre-pass sample.
+    #[default]
+    Sample,
+    /// `μ = 0`.
+    Zero,
+}
+
+/// `[run]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunSpec {
+    /// Rows per chunk.
+    #[serde(default = "default_chunk_rows")]
+    pub chunk_rows: usize,
+    /// Worker threads; 0 = all cores.
+    #[serde(default)]
+    pub threads: usize,
+    /// Seed of every random parameter.
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+    /// Rows in the pre-pass sample.
+    #[serde(default = "default_sample_rows")]
+    pub sample_rows: usize,
+    /// Accumulator shift.
+    #[serde(default)]
+    pub shift: ShiftMode,
+    /// Memory limit in MiB for the statistics and buffers; 0 = the machine's available memory.
+    #[serde(default)]
+    pub memory_limit_mib: u64,
+}
+
+fn default_chunk_rows() -> usize {
+    8192
+}
+fn default_seed() -> u64 {
+    1
+}
+fn default_sample_rows() -> usize {
+    10_000
+}
+
+impl Default for RunSpec {
+    fn default() -> Self {
+        RunSpec {
+            chunk_rows: default_chunk_rows(),
+            threads: 0,
+            seed: default_seed(),
+            sample_rows: default_sample_rows(),
+            shift: ShiftMode::Sample,
+            memory_limit_mib: 0,
+        }
+    }
+}
+
+/// A validated pipeline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PipelineSpec {
+    /// Where it was read from (for messages).
+    pub source: String,
+    /// Task.
+    pub task: Task,
+    /// Inputs and columns.
+    pub data: DataSpec,
+    /// Sketch stages, concatenated.
+    pub stages: Vec<StageSpec>,
+    /// PCA.
+    pub pca: PcaSpec,
+    /// Ridge.
+    pub ridge: RidgeSpec,
+    /// Run settings.
+    pub run: RunSpec,
+}
+
+const TOP_KEYS: &[&str] = &["task", "data", "stages", "pca", "ridge", "run"];
+
+impl PipelineSpec {
+    /// Reads and validates a pipeline file with `--set` overrides (`key=value`).
+    pub fn load(path: &Path, overrides: &[String]) -> Result<PipelineSpec> {
+        let name = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                Error::config(&name, "-", "pipeline file not found")
+            } else {
+                Error::io(path, e)
+            }
+        })?;
+        let mut table: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| Error::config(&name, "-", format!("not valid TOML: {e}")))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        resolve_paths(&mut table, base);
+        for o in overrides {
+            apply_override(&mut table, o)?;
+        }
+        Self::from_table(table, &name)
+    }
+
+    /// Validates an already parsed table.
+    pub fn from_table(mut table: toml::Table, file: &str) -> Result<PipelineSpec> {
+        for key in table.keys() {
+            if !TOP_KEYS.contains(&key.as_str()) {
+                return Err(Error::config(
+                    file,
+                    key,
+                    format!("unknown key; the top-level keys are {}", TOP_KEYS.join(", ")),
+                ));
+            }
+        }
+        fn section<T: serde::de::DeserializeOwned + Default>(t: &mut toml::Table, key: &str, file: &str) -> Result<T> {
+            match t.remove(key) {
+                None => Ok(T::default()),
+                Some(v) => v.try_into().map_err(|e: toml::de::Error| Error::config(file, key, e.message().to_string())),
+            }
+        }
+        let task: Task = match table.remove("task") {
+            None => Task::default(),
+            Some(v) => v
+                .try_into()
+                .map_err(|_| Error::config(file, "task", "must be \"classification\" or \"regression\""))?,
+        };
+        let data: DataSpec = match table.remove("data") {
+            None => return Err(Error::config(file, "data", "missing; [data] needs at least train = [\"…\"]")),
+            Some(v) => v.try_into().map_err(|e: toml::de::Error| Error::config(file, "data", e.message().to_string()))?,
+        };
+        let stages = match table.remove("stages") {
+            None => Vec::new(),
+            Some(toml::Value::Array(a)) => a
+                .iter()
+                .enumerate()
+                .map(|(i, v)| match v {
+                    toml::Value::Table(t) => StageSpec::from_toml(t, file, &format!("stages[{i}]")),
+                    _ => Err(Error::config(file, format!("stages[{i}]"), "each stage must be a table ([[stages]])")),
+                })
+                .collect::<Result<Vec<_>>>()?,
+            Some(_) => return Err(Error::config(file, "stages", "must be an array of tables ([[stages]])")),
+        };
+        let spec = PipelineSpec {
+            source: file.to_string(),
+            task,
+            data,
+            stages,
+            pca: section(&mut table, "pca", file)?,
+            ridge: section(&mut table, "ridge", file)?,
+            run: section(&mut table, "run", file)?,
+        };
+        spec.validate()?;
+        Ok(spec)
+    }
+
+    fn validate(&self) -> Result<()> {
+        let f = self.source.as_str();
+        if self.stages.is_empty() {
+            return Err(Error::config(f, "stages", "no sketch stages; add at least one [[stages]] table"));
+        }
+        if self.data.train.is_empty() {
+            return Err(Error::config(f, "data.train", "no training files given"));
+        }
+        if !self.data.features.is_empty() && self.data.feature_list.is_some() {
+            return Err(Error::config(f, "data.feature_list", "give either features or feature_list, not both"));
+        }
+        match self.task {
+            Task::Classification => {
+                if self.data.label.is_none() {
+                    return Err(Error::config(f, "data.label", "classification needs a label column"));
+                }
+                if !self.data.targets.is_empty() {
+                    return Err(Error::config(f, "data.targets", "targets are for task = \"regression\""));
+                }
+            }
+            Task::Regression => {
+                if self.data.targets.is_empty() {
+                    return Err(Error::config(f, "data.targets", "regression needs at least one target column"));
+                }
+                if self.data.label.is_some() {
+                    return Err(Error::config(f, "data.label", "label is for task = \"classification\""));
+                }
+            }
+        }
+        match (self.pca.components, self.pca.variance) {
+            (Some(_), Some(_)) => {
+                return Err(Error::config(f, "pca", "give either components or variance, not both"));
+            }
+            (Some(0), _) => return Err(Error::config(f, "pca.components", "must be ≥ 1 (omit [pca] for no PCA)")),
+            (_, Some(v)) if !(v > 0.0 && v <= 1.0) => {
+                return Err(Error::config(f, "pca.variance", format!("must be in (0, 1], got {v}")));
+            }
+            _ => {}
+        }
+        self.lambda()?;
+        if self.run.chunk_rows == 0 || self.run.chunk_rows > 1 << 22 {
+            return Err(Error::config(f, "run.chunk_rows", "must be from 1 to 4194304"));
+        }
+        if self.run.threads > 1024 {
+            return Err(Error::config(f, "run.threads", "must be from 0 (all cores) to 1024"));
+        }
+        Ok(())
+    }
+
+    /// The PCA choice.
+    pub fn components(&self) -> Components {
+        match (self.pca.components, self.pca.variance) {
+            (Some(e), _) => Components::Fixed(e),
+            (_, Some(v)) => Components::Share(v),
+            _ => Components::All,
+        }
+    }
+
+    /// The λ choice.
+    pub fn lambda(&self) -> Result<LambdaChoice> {
+        let f = self.source.as_str();
+        match &self.ridge.lambda {
+            LambdaValue::Number(l) if l.is_finite() && *l >= 0.0 => {
+                if self.ridge.per_output {
+                    return Err(Error::config(f, "ridge.per_output", "per-output λ needs lambda = \"gcv\""));
+                }
+                Ok(LambdaChoice::Fixed(*l))
+            }
+            LambdaValue::Number(l) => Err(Error::config(f, "ridge.lambda", format!("must be ≥ 0 or \"gcv\", got {l}"))),
+            LambdaValue::Word(w) if w == "gcv" => Ok(LambdaChoice::Gcv {
+                per_output: self.ridge.per_output,
+            }),
+            LambdaValue::Word(w) => Err(Error::config(f, "ridge.lambda", format!("must be a number ≥ 0 or \"gcv\", got \"{w}\""))),
+        }
+    }
+
+    /// Columns to read for training.
+    pub fn columns(&self) -> ColumnSpec {
+        ColumnSpec {
+            features: self.feature_columns(),
+            label: self.data.label.clone(),
+            targets: self.data.targets.clone(),
+            keep: Vec::new(),
+        }
+    }
+
+    fn feature_columns(&self) -> FeatureColumns {
+        match &self.data.feature_list {
+            Some(l) => FeatureColumns::List(l.clone()),
+            None => FeatureColumns::Columns(self.data.features.clone()),
+        }
+    }
+
+    /// Threads to use.
+    pub fn threads(&self) -> usize {
+        if self.run.threads == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            self.run.threads
+        }
+    }
+}
+
+fn resolve_paths(table: &mut toml::Table, base: &Path) {
+    let Some(toml::Value::Table(data)) = table.get_mut("data") else {
+        return;
+    };
+    for key in ["train", "test"] {
+        match data.get_mut(key) {
+            Some(toml::Value::Array(a)) => {
+                for v in a.iter_mut() {
+                    if let toml::Value::String(s) = v {
+                        if Path::new(s.as_str()).is_relative() {
+                            *s = base.join(&*s).to_string_lossy().into_owned();
+                        }
+                    }
+                }
+            }
+            Some(toml::Value::String(s)) => {
+                let p = if Path::new(s.as_str()).is_relative() {
+                    base.join(&*s).to_string_lossy().into_owned()
+                } else {
+                    s.clone()
+                };
+                data.insert(key.into(), toml::Value::Array(vec![toml::Value::String(p)]));
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Applies one `key=value` override; `value` is read as TOML (a number, bool, array,
+/// quoted string) and otherwise taken as a bare string. `stages.N.key` addresses stage N.
+pub fn apply_override(table: &mut toml::Table, item: &str) -> Result<()> {
+    let (key, raw) = item
+        .split_once('=')
+        .ok_or_else(|| Error::config("--set", item, "expected key=value"))?;
+    let key = key.trim();
+    let value = match format!("v = {raw}").parse::<toml::Table>() {
+        Ok(mut t) => t.remove("v").unwrap_or(toml::Value::String(raw.into())),
+        Err(_) => toml::Value::String(raw.trim().to_string()),
+    };
+    let parts: Vec<&str> = key.split('.').collect();
+    if parts.iter().any(|p| p.is_empty()) {
+        return Err(Error::config("--set", key, "empty key segment"));
+    }
+    let mut cur = table;
+    for (i, part) in parts.iter().enumerate() {
+        let last = i + 1 == parts.len();
+        if *part == "stages" && !last {
+            let idx: usize = parts[i + 1]
+                .parse()
+                .map_err(|_| Error::config("--set", key, "stages must be followed by a stage number, e.g. stages.0.dim"))?;
+            let Some(toml::Value::Array(stages)) = cur.get_mut("stages") else {
+                return Err(Error::config("--set", key, "the pipeline has no stages"));
+            };
+            let n = stages.len();
+            let Some(toml::Value::Table(t)) = stages.get_mut(idx) else {
+                return Err(Error::config("--set", key, format!("there are {n} stages (numbered from 0)")));
+            };
+            let rest = &parts[i + 2..];
+            if rest.len() != 1 {
+                return Err(Error::config("--set", key, "expected stages.N.key"));
+            }
+            t.insert(rest[0].to_string(), value);
+            return Ok(());
+        }
+        if last {
+            cur.insert(part.to_string(), value);
+            return Ok(());
+        }
+        let entry = cur
+            .entry(part.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        cur = match entry {
+            toml::Value::Table(t) => t,
+            _ => return Err(Error::config("--set", key, format!("'{part}' is not a table"))),
+        };
+    }
+    Ok(())
+}
