@@ -125,7 +125,8 @@ pub fn evaluate(model: &Model, inputs: &[PathBuf], chunk_rows: usize, threads: u
         let scores = model.scores(&ch.x, ch.rows, &mut z, threads);
         match (&h.task, &h.classes) {
             (Task::Classification, Some(classes)) => {
-                let truth = classes.encode(ch.labels.as_ref().expect("label column read"), &ch.location)?;
+                let loc = ch.location.clone().column(h.label.clone().unwrap_or_default());
+                let truth = classes.encode(ch.labels.as_ref().expect("label column read"), &loc)?;
                 for (t, p) in truth.iter().zip(model.classify(&scores)) {
                     confusion[*t as usize][p] += 1;
                 }

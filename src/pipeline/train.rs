@@ -154,7 +154,8 @@ pub fn train(spec: &PipelineSpec, show_progress: bool, say: &mut dyn FnMut(&str)
         match &classes {
             Some(k) => {
                 let labels = ch.labels.as_ref().expect("label column is read for classification");
-                encode_targets(&k.encode(labels, &ch.location)?, c, &mut y);
+                let loc = ch.location.clone().column(spec.data.label.clone().unwrap_or_default());
+                encode_targets(&k.encode(labels, &loc)?, c, &mut y);
             }
             None => {
                 y.clear();

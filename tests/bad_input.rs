@@ -1,0 +1,310 @@
+//! Every kind of bad input gets a clear error that names the file and the column or
+//! row group, exits 2, and leaves no output behind.
+
+mod common;
+
+use std::sync::Arc;
+
+use arrow_array::builder::{ListBuilder, Float32Builder};
+use arrow_array::{ArrayRef, Float64Array, Int32Array, Int64Array, StringArray};
+use common::*;
+
+fn good_columns(n: usize) -> Vec<(&'static str, ArrayRef)> {
+    let a: Vec<f64> = (0..n).map(|i| (i as f64 * 0.37).sin()).collect();
+    let b: Vec<f64> = (0..n).map(|i| (i as f64 * 0.11).cos()).collect();
+    let label: Vec<i64> = (0..n).map(|i| (i % 3) as i64).collect();
+    vec![
+        ("a", Arc::new(Float64Array::from(a)) as ArrayRef),
+        ("b", Arc::new(Float64Array::from(b)) as ArrayRef),
+        ("label", Arc::new(Int64Array::from(label)) as ArrayRef),
+    ]
+}
+
+fn pipeline(dir: &TempDir, train: &[&str], data_extra: &str, rest: &str) -> String {
+    let files: Vec<String> = train.iter().map(|f| format!("\"{f}\"")).collect();
+    let text = format!(
+        "[data]\ntrain = [{}]\nlabel = \"label\"\n{data_extra}\n\n[[stages]]\nkind = \"tensor_sketch\"\ndim = 16\n{rest}\n",
+        files.join(", ")
+    );
+    let p = dir.path("p.toml");
+    std::fs::write(&p, text).unwrap();
+    p.to_string_lossy().into_owned()
+}
+
+/// Runs `train`, expects exit 2 with every `needles` in stderr and no model left.
+fn train_fails(dir: &TempDir, pipeline: &str, needles: &[&str]) {
+    let before = dir.files();
+    let model = dir.path("m.sfm");
+    let out = sketchfit(&["train", pipeline, "-o", model.to_str().unwrap(), "--quiet"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "exit code; stderr: {err}");
+    for n in needles {
+        assert!(err.contains(n), "stderr lacks '{n}': {err}");
+    }
+    assert_eq!(dir.files(), before, "output left behind");
+}
+
+#[test]
+fn missing_feature_column() {
+    let dir = TempDir::new("missing-col");
+    write_parquet(&dir.path("t.parquet"), good_columns(50), 20);
+    let p = pipeline(&dir, &["t.parquet"], "features = [\"a\", \"nope\"]", "");
+    train_fails(&dir, &p, &["t.parquet", "column 'nope'", "not found", "the file has columns a, b, label"]);
+}
+
+#[test]
+fn feature_glob_matching_nothing() {
+    let dir = TempDir::new("glob-none");
+    write_parquet(&dir.path("t.parquet"), good_columns(50), 20);
+    let p = pipeline(&dir, &["t.parquet"], "features = [\"px*\"]", "");
+    train_fails(&dir, &p, &["t.parquet", "px*", "no column matches"]);
+}
+
+#[test]
+fn mistyped_feature_column() {
+    let dir = TempDir::new("mistyped");
+    let mut cols = good_columns(50);
+    cols.push(("s", Arc::new(StringArray::from_iter_values((0..50).map(|i| i.to_string())))));
+    write_parquet(&dir.path("t.parquet"), cols, 20);
+    let p = pipeline(&dir, &["t.parquet"], "features = [\"a\", \"s\"]", "");
+    train_fails(&dir, &p, &["t.parquet", "column 's'", "Utf8", "must be integers or floats"]);
+}
+
+#[test]
+fn nan_and_infinity_name_row_group_row_and_column() {
+    for (name, bad) in [("nan", f64::NAN), ("inf", f64::INFINITY)] {
+        let dir = TempDir::new(name);
+        let mut cols = good_columns(60);
+        let mut b: Vec<f64> = (0..60).map(|i| i as f64 / 60.0).collect();
+        b[47] = bad;
+        cols[1] = ("b", Arc::new(Float64Array::from(b)));
+        write_parquet(&dir.path("t.parquet"), cols, 20);
+        let p = pipeline(&dir, &["t.parquet"], "", "");
+        train_fails(&dir, &p, &["t.parquet", "row group 2", "row 7", "column 'b'", "not finite"]);
+    }
+}
+
+#[test]
+fn null_feature_value() {
+    let dir = TempDir::new("null");
+    let mut cols = good_columns(50);
+    let a: Vec<Option<f64>> = (0..50).map(|i| if i == 33 { None } else { Some(i as f64) }).collect();
+    cols[0] = ("a", Arc::new(Float64Array::from(a)));
+    write_parquet(&dir.path("t.parquet"), cols, 20);
+    let p = pipeline(&dir, &["t.parquet"], "", "");
+    train_fails(&dir, &p, &["t.parquet", "row group 1", "row 13", "column 'a'", "null"]);
+}
+
+#[test]
+fn null_label() {
+    let dir = TempDir::new("null-label");
+    let mut cols = good_columns(50);
+    let l: Vec<Option<i64>> = (0..50).map(|i| if i == 5 { None } else { Some(i % 2) }).collect();
+    cols[2] = ("label", Arc::new(Int64Array::from(l)));
+    write_parquet(&dir.path("t.parquet"), cols, 20);
+    let p = pipeline(&dir, &["t.parquet"], "", "");
+    train_fails(&dir, &p, &["t.parquet", "row group 0", "row 5", "column 'label'", "null"]);
+}
+
+#[test]
+fn ragged_list_column() {
+    let dir = TempDir::new("ragged");
+    let mut lb = ListBuilder::new(Float32Builder::new());
+    for i in 0..30 {
+        let len = if i == 25 { 2 } else { 3 };
+        for j in 0..len {
+            lb.values().append_value((i * j) as f32);
+        }
+        lb.append(true);
+    }
+    let list: ArrayRef = Arc::new(lb.finish());
+    let label: ArrayRef = Arc::new(Int64Array::from_iter_values((0..30).map(|i| i % 2)));
+    write_parquet(&dir.path("t.parquet"), vec![("v", list), ("label", label)], 10);
+    let p = pipeline(&dir, &["t.parquet"], "feature_list = \"v\"", "");
+    train_fails(&dir, &p, &["t.parquet", "row group 2", "row 5", "column 'v'", "ragged"]);
+}
+
+#[test]
+fn empty_truncated_and_non_parquet_files() {
+    let dir = TempDir::new("corrupt");
+    write_parquet(&dir.path("good.parquet"), good_columns(50), 20);
+    let bytes = std::fs::read(dir.path("good.parquet")).unwrap();
+    std::fs::write(dir.path("empty.parquet"), b"").unwrap();
+    std::fs::write(dir.path("cut.parquet"), &bytes[..bytes.len() / 2]).unwrap();
+    std::fs::write(dir.path("text.parquet"), b"a,b,label\n1,2,0\n").unwrap();
+    for f in ["empty.parquet", "cut.parquet", "text.parquet"] {
+        let p = pipeline(&dir, &["good.parquet", f], "", "");
+        train_fails(&dir, &p, &[f, "not a readable Parquet file"]);
+    }
+}
+
+#[test]
+fn file_with_no_rows() {
+    let dir = TempDir::new("zero-rows");
+    write_parquet(&dir.path("good.parquet"), good_columns(50), 20);
+    write_parquet(&dir.path("none.parquet"), good_columns(0), 20);
+    let p = pipeline(&dir, &["good.parquet", "none.parquet"], "", "");
+    train_fails(&dir, &p, &["none.parquet", "no rows"]);
+}
+
+#[test]
+fn schemas_that_differ_between_files() {
+    let dir = TempDir::new("schemas");
+    write_parquet(&dir.path("one.parquet"), good_columns(50), 20);
+    let mut cols = good_columns(50);
+    cols[0] = ("a", Arc::new(Int32Array::from_iter_values(0..50)));
+    write_parquet(&dir.path("two.parquet"), cols, 20);
+    let p = pipeline(&dir, &["one.parquet", "two.parquet"], "", "");
+    train_fails(&dir, &p, &["two.parquet", "column 'a'", "Int32", "Float64", "schemas differ"]);
+    let mut cols = good_columns(50);
+    cols.remove(1);
+    write_parquet(&dir.path("three.parquet"), cols, 20);
+    let p = pipeline(&dir, &["one.parquet", "three.parquet"], "", "");
+    train_fails(&dir, &p, &["three.parquet", "column 'b'", "missing"]);
+}
+
+#[test]
+fn missing_input_file_and_unmatched_glob() {
+    let dir = TempDir::new("missing-file");
+    let p = pipeline(&dir, &["nowhere.parquet"], "", "");
+    train_fails(&dir, &p, &["nowhere.parquet", "not found"]);
+    let p = pipeline(&dir, &["none-*.parquet"], "", "");
+    train_fails(&dir, &p, &["none-*.parquet", "no file matches"]);
+}
+
+#[test]
+fn float_label_for_classification() {
+    let dir = TempDir::new("float-label");
+    let mut cols = good_columns(50);
+    cols[2] = ("label", Arc::new(Float64Array::from_iter_values((0..50).map(|i| i as f64))));
+    write_parquet(&dir.path("t.parquet"), cols, 20);
+    let p = pipeline(&dir, &["t.parquet"], "", "");
+    train_fails(&dir, &p, &["t.parquet", "column 'label'", "Float64", "regression"]);
+}
+
+#[test]
+fn single_class() {
+    let dir = TempDir::new("one-class");
+    let mut cols = good_columns(50);
+    cols[2] = ("label", Arc::new(Int64Array::from_iter_values((0..50).map(|_| 4))));
+    write_parquet(&dir.path("t.parquet"), cols, 20);
+    let p = pipeline(&dir, &["t.parquet"], "", "");
+    train_fails(&dir, &p, &["t.parquet", "column 'label'", "at least 2"]);
+}
+
+#[test]
+fn bad_pipeline_keys_and_values() {
+    let dir = TempDir::new("bad-keys");
+    write_parquet(&dir.path("t.parquet"), good_columns(50), 20);
+    let p = pipeline(&dir, &["t.parquet"], "lable = \"x\"", "");
+    train_fails(&dir, &p, &["p.toml", "data", "unknown field `lable`"]);
+    let p = pipeline(&dir, &["t.parquet"], "", "wibble = 3");
+    train_fails(&dir, &p, &["p.toml", "stages[0]", "unknown field `wibble`"]);
+    let p = pipeline(&dir, &["t.parquet"], "", "degree = 0");
+    train_fails(&dir, &p, &["p.toml", "stages[0].degree", "from 1 to 16"]);
+    let p = pipeline(&dir, &["t.parquet"], "", "normalize = \"l3\"");
+    train_fails(&dir, &p, &["p.toml", "stages[0]", "l3"]);
+    let p = pipeline(&dir, &["t.parquet"], "", "kind = \"magic\"");
+    let text = std::fs::read_to_string(&p).unwrap().replace("kind = \"tensor_sketch\"\n", "");
+    std::fs::write(&p, text).unwrap();
+    train_fails(&dir, &p, &["p.toml", "stages[0].kind", "unknown stage kind 'magic'"]);
+    let p = pipeline(&dir, &["t.parquet"], "", "[ridge]\nlambda = -1");
+    train_fails(&dir, &p, &["p.toml", "ridge.lambda", "≥ 0"]);
+    let p = pipeline(&dir, &["t.parquet"], "", "[speed]\nfast = true");
+    train_fails(&dir, &p, &["p.toml", "speed", "unknown key"]);
+    std::fs::write(&p, "this is = = not toml").unwrap();
+    train_fails(&dir, &p, &["p.toml", "not valid TOML"]);
+}
+
+#[test]
+fn bad_set_overrides() {
+    let dir = TempDir::new("bad-set");
+    write_parquet(&dir.path("t.parquet"), good_columns(50), 20);
+    let p = pipeline(&dir, &["t.parquet"], "", "");
+    let model = dir.path("m.sfm");
+    for (set, needle) in [
+        ("run.speed=3", "unknown field `speed`"),
+        ("stages.4.dim=8", "there are 1 stages"),
+        ("stages.0.dim=0", "stages[0].dim"),
+        ("nonsense", "expected key=value"),
+    ] {
+        let out = sketchfit(&["train", &p, "-o", model.to_str().unwrap(), "--set", set, "--quiet"]);
+        assert_eq!(out.status.code(), Some(2), "{set}: {}", stderr(&out));
+        assert!(stderr(&out).contains(needle), "{set}: {}", stderr(&out));
+        assert!(!model.exists());
+    }
+}
+
+#[test]
+fn unknown_label_at_evaluate_and_bad_input_at_predict_leave_nothing() {
+    let dir = TempDir::new("eval-label");
+    write_parquet(&dir.path("t.parquet"), good_columns(90), 40);
+    let p = pipeline(&dir, &["t.parquet"], "", "");
+    let model = dir.path("m.sfm");
+    let out = sketchfit(&["train", &p, "-o", model.to_str().unwrap(), "--quiet"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    let mut cols = good_columns(50);
+    cols[2] = ("label", Arc::new(Int64Array::from_iter_values((0..50).map(|i| if i == 44 { 9 } else { i % 3 }))));
+    write_parquet(&dir.path("new.parquet"), cols, 20);
+    let out = sketchfit(&["evaluate", model.to_str().unwrap(), "--input", dir.path("new.parquet").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    for n in ["new.parquet", "row group 2", "row 4", "column 'label'", "label '9' is not one of the 3 classes"] {
+        assert!(stderr(&out).contains(n), "{}", stderr(&out));
+    }
+
+    let mut cols = good_columns(50);
+    let mut a: Vec<f64> = vec![0.5; 50];
+    a[45] = f64::NAN;
+    cols[0] = ("a", Arc::new(Float64Array::from(a)));
+    write_parquet(&dir.path("nan.parquet"), cols, 20);
+    let before = dir.files();
+    let pred = dir.path("pred.parquet");
+    let out = sketchfit(&[
+        "predict",
+        model.to_str().unwrap(),
+        "--input",
+        dir.path("nan.parquet").to_str().unwrap(),
+        "-o",
+        pred.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("nan.parquet") && stderr(&out).contains("column 'a'"));
+    assert_eq!(dir.files(), before, "partial predictions left behind");
+
+    let mut cols = good_columns(50);
+    cols.remove(1);
+    write_parquet(&dir.path("narrow.parquet"), cols, 20);
+    let out = sketchfit(&["predict", model.to_str().unwrap(), "-i", dir.path("narrow.parquet").to_str().unwrap(), "-o", pred.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("column 'b'"), "{}", stderr(&out));
+    assert!(!pred.exists());
+}
+
+#[test]
+fn damaged_or_foreign_model_files() {
+    let dir = TempDir::new("bad-model");
+    write_parquet(&dir.path("t.parquet"), good_columns(90), 40);
+    let p = pipeline(&dir, &["t.parquet"], "", "");
+    let model = dir.path("m.sfm");
+    assert_eq!(sketchfit(&["train", &p, "-o", model.to_str().unwrap(), "-q"]).status.code(), Some(0));
+    let mut bytes = std::fs::read(&model).unwrap();
+    let n = bytes.len();
+    bytes[n - 3] ^= 0x55;
+    std::fs::write(dir.path("flipped.sfm"), &bytes).unwrap();
+    std::fs::write(dir.path("text.sfm"), b"hello").unwrap();
+    for (f, needle) in [("flipped.sfm", "checksum mismatch"), ("text.sfm", "not a safetensors file"), ("none.sfm", "not found")] {
+        let out = sketchfit(&["inspect", dir.path(f).to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(2), "{f}");
+        assert!(stderr(&out).contains(f) && stderr(&out).contains(needle), "{f}: {}", stderr(&out));
+    }
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let out = sketchfit(&["train"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = sketchfit(&["frobnicate"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(sketchfit(&["--help"]).status.code(), Some(0));
+}
