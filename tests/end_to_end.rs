@@ -188,3 +188,31 @@ fn fixed_size_list_features_and_string_labels() {
     let i = sketchfit(&["inspect", model.to_str().unwrap()]);
     assert!(stdout(&i).contains("classes (2): diff, same"), "{}", stdout(&i));
 }
+
+#[test]
+fn save_load_predict_gives_identical_scores() {
+    let text = std::fs::read_to_string(repo("pipelines/digits.toml")).unwrap();
+    let mut table: toml::Table = text.parse().unwrap();
+    let data = table.get_mut("data").unwrap().as_table_mut().unwrap();
+    data.insert("train".into(), toml::Value::Array(vec![repo("data/digits_train.parquet").into()]));
+    data.remove("test");
+    sketchfit::pipeline::spec::apply_override(&mut table, "stages.0.dim=512").unwrap();
+    sketchfit::pipeline::spec::apply_override(&mut table, "pca.components=100").unwrap();
+    let spec = sketchfit::pipeline::spec::PipelineSpec::from_table(table, "digits.toml").unwrap();
+    let model = sketchfit::pipeline::train::train(&spec, false, &mut |_| {}).unwrap();
+    let loaded = sketchfit::model::Model::from_bytes(&model.to_bytes().unwrap()).unwrap();
+    let ds = sketchfit::source::Dataset::open(&[repo("data/digits_test.parquet").into()], spec.columns()).unwrap();
+    let mut z = Vec::new();
+    let mut n = 0;
+    for u in ds.units() {
+        ds.read_unit(u, 100, &mut |ch| {
+            let a = model.scores(&ch.x, ch.rows, &mut z, 2);
+            let b = loaded.scores(&ch.x, ch.rows, &mut z, 1);
+            assert_eq!(a, b, "loaded model scores differ");
+            n += ch.rows;
+            Ok(())
+        })
+        .unwrap();
+    }
+    assert_eq!(n, 450);
+}
