@@ -129,7 +129,11 @@ pub enum Error {
 
 impl Error {
     /// A configuration error.
-    pub fn config(file: impl Into<String>, key: impl Into<String>, message: impl Into<String>) -> Self {
+    pub fn config(
+        file: impl Into<String>,
+        key: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
         Error::Config {
             file: file.into(),
             key: key.into(),
@@ -154,7 +158,11 @@ impl Error {
     pub fn is_user_error(&self) -> bool {
         matches!(
             self,
-            Error::Config { .. } | Error::Data { .. } | Error::Parquet { .. } | Error::BadModel { .. } | Error::Memory { .. }
+            Error::Config { .. }
+                | Error::Data { .. }
+                | Error::Parquet { .. }
+                | Error::BadModel { .. }
+                | Error::Memory { .. }
         ) || matches!(self, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
     }
 }

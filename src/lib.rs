@@ -17,6 +17,6 @@ pub mod stats;
 
 pub use error::{Error, Result};
 pub mod atomic;
+pub mod cli;
 pub mod model;
 pub mod pipeline;
-pub mod cli;

@@ -252,7 +252,12 @@ impl RotatedProblem {
         } else {
             self.sigma.iter().sum::<f64>() / self.k as f64
         };
-        (sigma_bar, (0..=40).map(|i| sigma_bar * 10f64.powf(-8.0 + i as f64 / 4.0)).collect())
+        (
+            sigma_bar,
+            (0..=40)
+                .map(|i| sigma_bar * 10f64.powf(-8.0 + i as f64 / 4.0))
+                .collect(),
+        )
     }
 
     /// GCV scores over the grid (stable form) for `n` labeled rows with `c_yy`.
@@ -294,7 +299,13 @@ impl RotatedProblem {
                 })
                 .collect();
             let denom = (1.0 - dfl / n).powi(2);
-            let score = |x: f64| if dfl >= n { f64::INFINITY } else { x / n / denom };
+            let score = |x: f64| {
+                if dfl >= n {
+                    f64::INFINITY
+                } else {
+                    x / n / denom
+                }
+            };
             shared.push(score(r.iter().sum()));
             per_output.push(r.iter().map(|&x| score(x)).collect::<Vec<_>>());
             df.push(dfl);
@@ -350,7 +361,12 @@ impl RotatedProblem {
         let dim = labeled.mean.len();
         let weights = a_b(&self.basis, w, dim, self.k, self.c);
         let bias = (0..self.c)
-            .map(|k| labeled.ymean[k] - (0..dim).map(|i| weights[i * self.c + k] * labeled.mean[i]).sum::<f64>())
+            .map(|k| {
+                labeled.ymean[k]
+                    - (0..dim)
+                        .map(|i| weights[i * self.c + k] * labeled.mean[i])
+                        .sum::<f64>()
+            })
             .collect();
         (weights, bias)
     }
@@ -363,7 +379,11 @@ impl RotatedProblem {
             LambdaChoice::Gcv { per_output } => {
                 let curve = self.gcv(labeled.n, &labeled.cyy);
                 let l = if *per_output {
-                    curve.chosen_per_output.iter().map(|&i| curve.grid[i]).collect()
+                    curve
+                        .chosen_per_output
+                        .iter()
+                        .map(|&i| curve.grid[i])
+                        .collect()
                 } else {
                     vec![curve.grid[curve.chosen_shared]; c]
                 };

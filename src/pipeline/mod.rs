@@ -2,6 +2,6 @@
 //! passes over the data ([`train`]), with a reader thread, parallel chunk mapping,
 //! progress on stderr and the memory stated before the first row is read.
 
-pub mod spec;
 pub mod predict;
+pub mod spec;
 pub mod train;

@@ -18,7 +18,12 @@ use crate::stats::GramStats;
 /// Streams `units` of `dataset` through `f`, decoding on a reader thread that runs
 /// ahead by at most two chunks (a bounded channel), so reading overlaps computing and
 /// memory stays bounded. The first error, from either side, ends the stream.
-pub fn stream(dataset: &Dataset, units: &[Unit], chunk_rows: usize, f: &mut dyn FnMut(Chunk) -> Result<()>) -> Result<()> {
+pub fn stream(
+    dataset: &Dataset,
+    units: &[Unit],
+    chunk_rows: usize,
+    f: &mut dyn FnMut(Chunk) -> Result<()>,
+) -> Result<()> {
     let (tx, rx) = crossbeam_channel::bounded::<Result<Chunk>>(2);
     std::thread::scope(|scope| {
         scope.spawn(move || {
@@ -47,9 +52,11 @@ pub fn progress(total_rows: u64, what: &str, enabled: bool) -> ProgressBar {
         return ProgressBar::with_draw_target(Some(total_rows), ProgressDrawTarget::hidden());
     }
     let bar = ProgressBar::with_draw_target(Some(total_rows), ProgressDrawTarget::stderr());
-    let style = ProgressStyle::with_template("{msg} [{bar:30}] {human_pos}/{human_len} rows, {per_sec}, ETA {eta}")
-        .unwrap_or_else(|_| ProgressStyle::default_bar())
-        .progress_chars("=> ");
+    let style = ProgressStyle::with_template(
+        "{msg} [{bar:30}] {human_pos}/{human_len} rows, {per_sec}, ETA {eta}",
+    )
+    .unwrap_or_else(|_| ProgressStyle::default_bar())
+    .progress_chars("=> ");
     bar.set_style(style);
     bar.set_message(what.to_string());
     bar
@@ -134,7 +141,8 @@ pub fn train(spec: &PipelineSpec, show_progress: bool, say: &mut dyn FnMut(&str)
             return Err(Error::Memory {
                 needed,
                 limit,
-                hint: "lower the stages' dim (the Gram grows as D²) or raise run.memory_limit_mib".into(),
+                hint: "lower the stages' dim (the Gram grows as D²) or raise run.memory_limit_mib"
+                    .into(),
             });
         }
     }
@@ -143,7 +151,14 @@ pub fn train(spec: &PipelineSpec, show_progress: bool, say: &mut dyn FnMut(&str)
     let mut z = Vec::new();
     let shift = match spec.run.shift {
         ShiftMode::Zero => vec![0.0; dim],
-        ShiftMode::Sample => sample_mean(&dataset, &units, &pipeline, spec.run.sample_rows, chunk, threads)?,
+        ShiftMode::Sample => sample_mean(
+            &dataset,
+            &units,
+            &pipeline,
+            spec.run.sample_rows,
+            chunk,
+            threads,
+        )?,
     };
     let mut stats = GramStats::new(shift, c);
     let bar = progress(dataset.total_rows(), "train", show_progress);
@@ -153,8 +168,14 @@ pub fn train(spec: &PipelineSpec, show_progress: bool, say: &mut dyn FnMut(&str)
         pipeline.map_chunk(&ch.x, ch.rows, &mut z, threads);
         match &classes {
             Some(k) => {
-                let labels = ch.labels.as_ref().expect("label column is read for classification");
-                let loc = ch.location.clone().column(spec.data.label.clone().unwrap_or_default());
+                let labels = ch
+                    .labels
+                    .as_ref()
+                    .expect("label column is read for classification");
+                let loc = ch
+                    .location
+                    .clone()
+                    .column(spec.data.label.clone().unwrap_or_default());
                 encode_targets(&k.encode(labels, &loc)?, c, &mut y);
             }
             None => {
@@ -261,7 +282,9 @@ fn sample_mean(
         z.resize(r * dim, 0.0);
         pipeline.map_chunk(&ch.x, r, &mut z, threads);
         for row in z.chunks_exact(dim) {
-            sum.iter_mut().zip(row).for_each(|(s, &v)| *s += f64::from(v));
+            sum.iter_mut()
+                .zip(row)
+                .for_each(|(s, &v)| *s += f64::from(v));
         }
         n += r;
         Ok(())
@@ -284,8 +307,14 @@ pub fn output_count(classes: &Classes) -> usize {
 /// λ values as text: one number when they are all equal.
 pub fn lambda_text(lambdas: &[f64]) -> String {
     if lambdas.windows(2).all(|w| w[0] == w[1]) {
-        lambdas.first().map_or(String::new(), |l| format!("{l:.4e}"))
+        lambdas
+            .first()
+            .map_or(String::new(), |l| format!("{l:.4e}"))
     } else {
-        lambdas.iter().map(|l| format!("{l:.4e}")).collect::<Vec<_>>().join(", ")
+        lambdas
+            .iter()
+            .map(|l| format!("{l:.4e}"))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }

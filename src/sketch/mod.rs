@@ -49,7 +49,11 @@ impl Normalize {
         for row in x.chunks_exact_mut(d) {
             let norm: f64 = match self {
                 Normalize::L1 => row.iter().map(|&v| f64::from(v).abs()).sum(),
-                Normalize::L2 => row.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>().sqrt(),
+                Normalize::L2 => row
+                    .iter()
+                    .map(|&v| f64::from(v) * f64::from(v))
+                    .sum::<f64>()
+                    .sqrt(),
                 Normalize::None => 1.0,
             };
             if norm > 0.0 {
@@ -127,7 +131,13 @@ impl StageSpec {
     pub fn from_toml(table: &toml::Table, file: &str, at: &str) -> Result<Self> {
         let kind = match table.get("kind") {
             Some(toml::Value::String(k)) => k.clone(),
-            Some(_) => return Err(Error::config(file, format!("{at}.kind"), "must be a string")),
+            Some(_) => {
+                return Err(Error::config(
+                    file,
+                    format!("{at}.kind"),
+                    "must be a string",
+                ))
+            }
             None => {
                 return Err(Error::config(
                     file,
@@ -139,7 +149,9 @@ impl StageSpec {
         let mut rest = table.clone();
         rest.remove("kind");
         let value = toml::Value::Table(rest);
-        let bad = |e: toml::de::Error| Error::config(file, at, format!("stage kind '{kind}': {}", e.message()));
+        let bad = |e: toml::de::Error| {
+            Error::config(file, at, format!("stage kind '{kind}': {}", e.message()))
+        };
         let spec = match kind.as_str() {
             "identity" => StageSpec::Identity(value.try_into().map_err(bad)?),
             "tensor_sketch" => StageSpec::TensorSketch(value.try_into().map_err(bad)?),
@@ -167,10 +179,16 @@ impl StageSpec {
         }
         if let StageSpec::TensorSketch(s) = self {
             if s.degree == 0 || s.degree > 16 {
-                return err("degree", format!("must be an integer from 1 to 16, got {}", s.degree));
+                return err(
+                    "degree",
+                    format!("must be an integer from 1 to 16, got {}", s.degree),
+                );
             }
             if !(s.gamma.is_finite() && s.gamma > 0.0) {
-                return err("gamma", format!("must be a positive number, got {}", s.gamma));
+                return err(
+                    "gamma",
+                    format!("must be a positive number, got {}", s.gamma),
+                );
             }
             if !(s.offset.is_finite() && s.offset >= 0.0) {
                 return err("offset", format!("must be a number ≥ 0, got {}", s.offset));
@@ -262,7 +280,10 @@ impl Stage {
                 &mut rng,
             )),
         };
-        Stage { spec: spec.clone(), map }
+        Stage {
+            spec: spec.clone(),
+            map,
+        }
     }
 
     /// The stage's random parameters as arrays.
@@ -276,12 +297,16 @@ impl Stage {
                     ParamArray {
                         name: "hash".into(),
                         shape: vec![p, dp],
-                        data: ParamData::U32(ts.sketches().iter().flat_map(|c| c.hash.clone()).collect()),
+                        data: ParamData::U32(
+                            ts.sketches().iter().flat_map(|c| c.hash.clone()).collect(),
+                        ),
                     },
                     ParamArray {
                         name: "sign".into(),
                         shape: vec![p, dp],
-                        data: ParamData::I8(ts.sketches().iter().flat_map(|c| c.sign.clone()).collect()),
+                        data: ParamData::I8(
+                            ts.sketches().iter().flat_map(|c| c.sign.clone()).collect(),
+                        ),
                     },
                 ]
             }
@@ -289,7 +314,11 @@ impl Stage {
     }
 
     /// Rebuilds a stage from its spec and stored arrays, checking every shape and range.
-    pub fn from_params(spec: &StageSpec, d: usize, params: &[ParamArray]) -> std::result::Result<Stage, String> {
+    pub fn from_params(
+        spec: &StageSpec,
+        d: usize,
+        params: &[ParamArray],
+    ) -> std::result::Result<Stage, String> {
         let find = |name: &str| {
             params
                 .iter()
@@ -305,7 +334,11 @@ impl Stage {
                 let (ParamData::U32(h), ParamData::I8(g)) = (&hash.data, &sign.data) else {
                     return Err("hash must be u32 and sign i8".into());
                 };
-                if hash.shape != [p, dp] || sign.shape != [p, dp] || h.len() != p * dp || g.len() != p * dp {
+                if hash.shape != [p, dp]
+                    || sign.shape != [p, dp]
+                    || h.len() != p * dp
+                    || g.len() != p * dp
+                {
                     return Err(format!("hash and sign must have shape [{p}, {dp}]"));
                 }
                 if h.iter().any(|&v| v as usize >= s.dim) || g.iter().any(|&v| v != 1 && v != -1) {
@@ -326,7 +359,10 @@ impl Stage {
                 StageMap::TensorSketch(TensorSketch::from_sketches(kernel, d, s.dim, sketches))
             }
         };
-        Ok(Stage { spec: spec.clone(), map })
+        Ok(Stage {
+            spec: spec.clone(),
+            map,
+        })
     }
 
     /// Output dimension.
@@ -377,7 +413,10 @@ impl FeaturePipeline {
     /// does not depend on the thread count).
     pub fn map_chunk(&self, x: &[f32], rows: usize, out: &mut [f32], threads: usize) {
         let (d, dz) = (self.d, self.output_dim());
-        assert!(x.len() >= rows * d && out.len() >= rows * dz, "chunk buffers too small");
+        assert!(
+            x.len() >= rows * d && out.len() >= rows * dz,
+            "chunk buffers too small"
+        );
         let threads = threads.clamp(1, rows.max(1));
         // Small chunks are not worth a thread.
         if threads == 1 || rows * dz < 1 << 16 {
@@ -386,7 +425,10 @@ impl FeaturePipeline {
         }
         let per = rows.div_ceil(threads);
         std::thread::scope(|scope| {
-            for (xb, ob) in x[..rows * d].chunks(per * d).zip(out[..rows * dz].chunks_mut(per * dz)) {
+            for (xb, ob) in x[..rows * d]
+                .chunks(per * d)
+                .zip(out[..rows * dz].chunks_mut(per * dz))
+            {
                 let n = ob.len() / dz;
                 scope.spawn(move || self.map_block(xb, n, ob));
             }

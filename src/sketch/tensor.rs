@@ -28,7 +28,11 @@ pub struct PolyKernel {
 impl PolyKernel {
     /// The exact kernel `(γ⟨x,y⟩ + c)^p`.
     pub fn eval(&self, x: &[f32], y: &[f32]) -> f64 {
-        let dot: f64 = x.iter().zip(y).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum();
+        let dot: f64 = x
+            .iter()
+            .zip(y)
+            .map(|(&a, &b)| f64::from(a) * f64::from(b))
+            .sum();
         (self.gamma * dot + self.offset).powi(self.degree as i32)
     }
 }
@@ -65,7 +69,12 @@ impl TensorSketch {
     }
 
     /// Rebuilds a map from stored tables (a loaded model).
-    pub fn from_sketches(kernel: PolyKernel, d: usize, dim: usize, sketches: Vec<CountSketch>) -> Self {
+    pub fn from_sketches(
+        kernel: PolyKernel,
+        d: usize,
+        dim: usize,
+        sketches: Vec<CountSketch>,
+    ) -> Self {
         let mut planner = RealFftPlanner::<f32>::new();
         let forward = planner.plan_fft_forward(dim);
         let inverse = planner.plan_fft_inverse(dim);
