@@ -180,6 +180,9 @@ impl Model {
                         (Dtype::U32, v.iter().flat_map(|x| x.to_le_bytes()).collect())
                     }
                     ParamData::I8(v) => (Dtype::I8, v.iter().map(|&x| x as u8).collect()),
+                    ParamData::F32(v) => {
+                        (Dtype::F32, v.iter().flat_map(|x| x.to_le_bytes()).collect())
+                    }
                 };
                 out.push((format!("stage{i}.{}", p.name), dtype, p.shape, bytes));
             }
@@ -298,6 +301,12 @@ impl Model {
                             .collect(),
                     ),
                     Dtype::I8 => ParamData::I8(t.data().iter().map(|&b| b as i8).collect()),
+                    Dtype::F32 => ParamData::F32(
+                        t.data()
+                            .chunks_exact(4)
+                            .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
+                            .collect(),
+                    ),
                     other => return Err(format!("array '{n}' has unsupported type {other:?}")),
                 };
                 params.push(ParamArray {

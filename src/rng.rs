@@ -38,6 +38,14 @@ impl StageRng {
         }
     }
 
+    /// A standard normal draw (Box–Muller on two uniforms; the cosine branch only, so
+    /// each call consumes exactly two uniforms).
+    pub fn normal(&mut self) -> f64 {
+        let u1 = 1.0 - self.uniform();
+        let u2 = self.uniform();
+        (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+    }
+
     /// Uniform on `[0, 1)` with 53 random bits.
     pub fn uniform(&mut self) -> f64 {
         (self.0.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)

@@ -293,36 +293,59 @@ fn fixed_size_list_features_and_string_labels() {
 }
 
 #[test]
-fn save_load_predict_gives_identical_scores() {
-    let text = std::fs::read_to_string(repo("pipelines/digits.toml")).unwrap();
-    let mut table: toml::Table = text.parse().unwrap();
-    let data = table.get_mut("data").unwrap().as_table_mut().unwrap();
-    data.insert(
-        "train".into(),
-        toml::Value::Array(vec![repo("data/digits_train.parquet").into()]),
-    );
-    data.remove("test");
-    sketchfit::pipeline::spec::apply_override(&mut table, "stages.0.dim=512").unwrap();
-    sketchfit::pipeline::spec::apply_override(&mut table, "pca.components=100").unwrap();
-    let spec = sketchfit::pipeline::spec::PipelineSpec::from_table(table, "digits.toml").unwrap();
-    let model = sketchfit::pipeline::train::train(&spec, false, &mut |_| {}).unwrap();
-    let loaded = sketchfit::model::Model::from_bytes(&model.to_bytes().unwrap()).unwrap();
-    let ds = sketchfit::source::Dataset::open(
-        &[repo("data/digits_test.parquet").into()],
-        spec.columns(),
-    )
-    .unwrap();
-    let mut z = Vec::new();
-    let mut n = 0;
-    for u in ds.units() {
-        ds.read_unit(u, 100, &mut |ch| {
-            let a = model.scores(&ch.x, ch.rows, &mut z, 2);
-            let b = loaded.scores(&ch.x, ch.rows, &mut z, 1);
-            assert_eq!(a, b, "loaded model scores differ");
-            n += ch.rows;
-            Ok(())
-        })
+fn save_load_predict_gives_identical_scores_for_every_stage_kind() {
+    let stages = [
+        "kind = \"tensor_sketch\"\ndegree = 3\noffset = 1.0\ndim = 512\nnormalize = \"l2\"",
+        "kind = \"identity\"\nnormalize = \"l1\"\nweight = 2.0",
+        "kind = \"random_maclaurin\"\ndegree = 3\noffset = 1.0\ndim = 300\nnormalize = \"l2\"",
+        "kind = \"random_maclaurin\"\nkernel = \"exponential\"\ngamma = 2.0\ndim = 300\nhadamard = true\nnormalize = \"l2\"",
+        "kind = \"recursive_tensor_sketch\"\ndegree = 3\noffset = 1.0\ndim = 256\nnormalize = \"l2\"",
+        "kind = \"craftmaps\"\ndegree = 3\noffset = 1.0\ndim = 200\nnormalize = \"l2\"",
+        "kind = \"craftmaps\"\nup = \"tensor_sketch\"\ndown = \"gaussian\"\ndegree = 2\noffset = 1.0\ndim = 100\nup_dim = 700\nnormalize = \"l2\"",
+    ];
+    for stage in stages {
+        let text = format!(
+            "[data]\ntrain = [\"{}\"]\nfeatures = [\"px*\"]\nlabel = \"label\"\n[[stages]]\n{stage}\n[pca]\ncomponents = 60\n",
+            repo("data/digits_train.parquet")
+        );
+        let table: toml::Table = text.parse().unwrap();
+        let spec =
+            sketchfit::pipeline::spec::PipelineSpec::from_table(table, "inline.toml").unwrap();
+        let model = sketchfit::pipeline::train::train(&spec, false, &mut |_| {}).unwrap();
+        let loaded = sketchfit::model::Model::from_bytes(&model.to_bytes().unwrap()).unwrap();
+        let ds = sketchfit::source::Dataset::open(
+            &[repo("data/digits_test.parquet").into()],
+            spec.columns(),
+        )
         .unwrap();
+        let (mut z, mut n, mut right) = (Vec::new(), 0, 0);
+        for u in ds.units() {
+            ds.read_unit(u, 100, &mut |ch| {
+                let a = model.scores(&ch.x, ch.rows, &mut z, 2);
+                let b = loaded.scores(&ch.x, ch.rows, &mut z, 1);
+                assert_eq!(a, b, "{stage}: loaded model scores differ");
+                let truth = model
+                    .header
+                    .classes
+                    .as_ref()
+                    .unwrap()
+                    .encode(ch.labels.as_ref().unwrap(), &ch.location)?;
+                right += truth
+                    .iter()
+                    .zip(model.classify(&a))
+                    .filter(|(t, p)| **t as usize == *p)
+                    .count();
+                n += ch.rows;
+                Ok(())
+            })
+            .unwrap();
+        }
+        assert_eq!(n, 450);
+        // Every kernel here separates the digits well; a broken map would not.
+        assert!(
+            right as f64 / 450.0 > 0.9,
+            "{stage}: accuracy {}",
+            right as f64 / 450.0
+        );
     }
-    assert_eq!(n, 450);
 }

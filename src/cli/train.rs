@@ -77,5 +77,22 @@ pub fn run(a: Args) -> Result<()> {
     }
     model.save(&a.output)?;
     out += &format!("model written to {}\n", a.output.display());
+    if !quiet {
+        if let Some(kb) = peak_rss_kib() {
+            eprintln!("peak memory (RSS): {:.1} MiB", kb as f64 / 1024.0);
+        }
+    }
     super::print_out(&out)
+}
+
+/// Peak resident set size of this process, from /proc (Linux only).
+fn peak_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }

@@ -163,6 +163,7 @@ pub fn train(spec: &PipelineSpec, show_progress: bool, say: &mut dyn FnMut(&str)
     let mut stats = GramStats::new(shift, c);
     let bar = progress(dataset.total_rows(), "train", show_progress);
     let mut y = Vec::new();
+    let pass_start = std::time::Instant::now();
     stream(&dataset, &units, chunk, &mut |ch: Chunk| {
         z.resize(ch.rows * dim, 0.0);
         pipeline.map_chunk(&ch.x, ch.rows, &mut z, threads);
@@ -198,6 +199,13 @@ pub fn train(spec: &PipelineSpec, show_progress: bool, say: &mut dyn FnMut(&str)
         ));
     }
 
+    let pass_secs = pass_start.elapsed().as_secs_f64();
+    say(&format!(
+        "pass: {} rows in {pass_secs:.1} s ({:.0} rows/s)",
+        stats.n,
+        stats.n as f64 / pass_secs.max(1e-9)
+    ));
+    let solve_start = std::time::Instant::now();
     let components = spec.components();
     let cen = stats.centered();
     let pca = Pca::fit(&cen, components)?;
@@ -220,6 +228,10 @@ pub fn train(spec: &PipelineSpec, show_progress: bool, say: &mut dyn FnMut(&str)
     } else {
         say(&format!("ridge: λ = {:.4e} (fixed)", fit.lambdas[0]));
     }
+    say(&format!(
+        "solve: {:.1} s",
+        solve_start.elapsed().as_secs_f64()
+    ));
     let (format, version, written_by) = header_base();
     let header = ModelHeader {
         format,

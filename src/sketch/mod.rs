@@ -7,7 +7,11 @@
 //! loaded model maps rows to exactly the same features.
 
 pub mod count;
+pub mod craftmaps;
+pub mod hadamard;
 pub mod identity;
+pub mod maclaurin;
+pub mod recursive;
 pub mod tensor;
 
 use serde::{Deserialize, Serialize};
@@ -15,7 +19,11 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::rng::StageRng;
 use count::CountSketch;
+use craftmaps::Craftmaps;
+use hadamard::{next_pow2, GaussianProjection, Srht};
 use identity::Identity;
+use maclaurin::{DotKernel, Projections, RandomMaclaurin};
+use recursive::{RecursivePoly, RecursiveTensorSketch};
 use tensor::{PolyKernel, TensorSketch};
 
 /// A feature map over whole chunks.
@@ -76,6 +84,12 @@ fn default_gamma() -> f64 {
 fn default_dim() -> usize {
     4096
 }
+fn default_eta() -> f64 {
+    2.0
+}
+fn default_true() -> bool {
+    true
+}
 
 /// `kind = "identity"`: the linear kernel.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -113,6 +127,155 @@ pub struct TensorSketchSpec {
     pub weight: f64,
 }
 
+/// Which dot-product kernel a Maclaurin map approximates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DotKind {
+    /// `(γ⟨x,y⟩ + c)^p`.
+    #[default]
+    Polynomial,
+    /// `exp(γ⟨x,y⟩)`.
+    Exponential,
+}
+
+/// `kind = "random_maclaurin"`: a dot-product kernel by random Maclaurin features.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RandomMaclaurinSpec {
+    /// Polynomial or exponential.
+    #[serde(default)]
+    pub kernel: DotKind,
+    /// Degree `p ≥ 1` (polynomial).
+    #[serde(default = "default_degree")]
+    pub degree: u32,
+    /// Scale `γ > 0`.
+    #[serde(default = "default_gamma")]
+    pub gamma: f64,
+    /// Offset `c ≥ 0` (polynomial).
+    #[serde(default)]
+    pub offset: f64,
+    /// Output dimension `D`.
+    #[serde(default = "default_dim")]
+    pub dim: usize,
+    /// Order base `η > 1`.
+    #[serde(default = "default_eta")]
+    pub eta: f64,
+    /// Keep the constant and linear terms exact (where allowed).
+    #[serde(default = "default_true")]
+    pub h01: bool,
+    /// Hadamard-structured projections instead of dense Rademacher vectors.
+    #[serde(default)]
+    pub hadamard: bool,
+    /// Input row normalisation.
+    #[serde(default)]
+    pub normalize: Normalize,
+    /// Weight of the stage in a concatenation.
+    #[serde(default = "default_weight")]
+    pub weight: f64,
+}
+
+/// `kind = "recursive_tensor_sketch"`: the polynomial kernel through the tree of degree-2 sketches.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecursiveSpec {
+    /// Degree `p ≥ 1`.
+    #[serde(default = "default_degree")]
+    pub degree: u32,
+    /// Scale `γ > 0`.
+    #[serde(default = "default_gamma")]
+    pub gamma: f64,
+    /// Offset `c ≥ 0`.
+    #[serde(default)]
+    pub offset: f64,
+    /// Output dimension `m` (even).
+    #[serde(default = "default_dim")]
+    pub dim: usize,
+    /// Input row normalisation.
+    #[serde(default)]
+    pub normalize: Normalize,
+    /// Weight of the stage in a concatenation.
+    #[serde(default = "default_weight")]
+    pub weight: f64,
+}
+
+/// The up-projection of CRAFTMaps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UpKind {
+    /// Random Maclaurin with H0/1.
+    #[default]
+    RandomMaclaurin,
+    /// Tensor sketch (polynomial kernel only).
+    TensorSketch,
+}
+
+/// The down-projection of CRAFTMaps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DownKind {
+    /// Subsampled randomized Hadamard transform.
+    #[default]
+    Srht,
+    /// Dense Gaussian map (the reference).
+    Gaussian,
+}
+
+/// `kind = "craftmaps"`: up-project to `up_dim`, down-project to `dim`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CraftmapsSpec {
+    /// Up-projection family.
+    #[serde(default)]
+    pub up: UpKind,
+    /// Down-projection.
+    #[serde(default)]
+    pub down: DownKind,
+    /// Kernel (random Maclaurin up-projection).
+    #[serde(default)]
+    pub kernel: DotKind,
+    /// Degree `p ≥ 1` (polynomial).
+    #[serde(default = "default_degree")]
+    pub degree: u32,
+    /// Scale `γ > 0`.
+    #[serde(default = "default_gamma")]
+    pub gamma: f64,
+    /// Offset `c ≥ 0` (polynomial).
+    #[serde(default)]
+    pub offset: f64,
+    /// Output dimension `E`.
+    #[serde(default = "default_dim")]
+    pub dim: usize,
+    /// Up-projection dimension `D > E` (0: `8E`).
+    #[serde(default)]
+    pub up_dim: usize,
+    /// Order base `η > 1` (random Maclaurin).
+    #[serde(default = "default_eta")]
+    pub eta: f64,
+    /// H0/1 (random Maclaurin).
+    #[serde(default = "default_true")]
+    pub h01: bool,
+    /// Hadamard-structured random Maclaurin up-projection.
+    #[serde(default)]
+    pub hadamard: bool,
+    /// Input row normalisation.
+    #[serde(default)]
+    pub normalize: Normalize,
+    /// Weight of the stage in a concatenation.
+    #[serde(default = "default_weight")]
+    pub weight: f64,
+}
+
+impl CraftmapsSpec {
+    /// `D`, the up-projection dimension.
+    pub fn up_dim(&self) -> usize {
+        if self.up_dim == 0 {
+            8 * self.dim
+        } else {
+            self.up_dim
+        }
+    }
+}
+
 /// One stage of a pipeline, as written in the pipeline file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -121,10 +284,69 @@ pub enum StageSpec {
     Identity(IdentitySpec),
     /// See [`TensorSketchSpec`].
     TensorSketch(TensorSketchSpec),
+    /// See [`RandomMaclaurinSpec`].
+    RandomMaclaurin(RandomMaclaurinSpec),
+    /// See [`RecursiveSpec`].
+    RecursiveTensorSketch(RecursiveSpec),
+    /// See [`CraftmapsSpec`].
+    Craftmaps(CraftmapsSpec),
 }
 
 /// The largest output dimension a stage may ask for (2^20).
 pub const MAX_DIM: usize = 1 << 20;
+
+/// The stage kinds a pipeline may name.
+pub const KINDS: &[&str] = &[
+    "identity",
+    "tensor_sketch",
+    "random_maclaurin",
+    "recursive_tensor_sketch",
+    "craftmaps",
+];
+
+macro_rules! common {
+    ($self:expr, $field:ident) => {
+        match $self {
+            StageSpec::Identity(s) => s.$field,
+            StageSpec::TensorSketch(s) => s.$field,
+            StageSpec::RandomMaclaurin(s) => s.$field,
+            StageSpec::RecursiveTensorSketch(s) => s.$field,
+            StageSpec::Craftmaps(s) => s.$field,
+        }
+    };
+}
+
+fn dot_kernel(kind: DotKind, degree: u32, gamma: f64, offset: f64) -> DotKernel {
+    match kind {
+        DotKind::Polynomial => DotKernel::Polynomial {
+            degree,
+            gamma,
+            offset,
+        },
+        DotKind::Exponential => DotKernel::Exponential { gamma },
+    }
+}
+
+/// The exact kernel a stage approximates (on its normalised input).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Kernel {
+    /// A dot-product kernel (the linear kernel is the polynomial of degree 1).
+    Dot(DotKernel),
+}
+
+impl Kernel {
+    /// `k(x, y)`.
+    pub fn eval(&self, x: &[f32], y: &[f32]) -> f64 {
+        match self {
+            Kernel::Dot(k) => k.eval_dot(
+                x.iter()
+                    .zip(y)
+                    .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                    .sum(),
+            ),
+        }
+    }
+}
 
 impl StageSpec {
     /// Builds a stage spec from its TOML table, with errors that name the key.
@@ -142,7 +364,7 @@ impl StageSpec {
                 return Err(Error::config(
                     file,
                     format!("{at}.kind"),
-                    "missing; every stage needs kind = \"identity\" or \"tensor_sketch\"",
+                    format!("missing; every stage needs a kind: {}", KINDS.join(", ")),
                 ))
             }
         };
@@ -155,11 +377,19 @@ impl StageSpec {
         let spec = match kind.as_str() {
             "identity" => StageSpec::Identity(value.try_into().map_err(bad)?),
             "tensor_sketch" => StageSpec::TensorSketch(value.try_into().map_err(bad)?),
+            "random_maclaurin" => StageSpec::RandomMaclaurin(value.try_into().map_err(bad)?),
+            "recursive_tensor_sketch" => {
+                StageSpec::RecursiveTensorSketch(value.try_into().map_err(bad)?)
+            }
+            "craftmaps" => StageSpec::Craftmaps(value.try_into().map_err(bad)?),
             other => {
                 return Err(Error::config(
                     file,
                     format!("{at}.kind"),
-                    format!("unknown stage kind '{other}'; known kinds: identity, tensor_sketch"),
+                    format!(
+                        "unknown stage kind '{other}'; known kinds: {}",
+                        KINDS.join(", ")
+                    ),
                 ))
             }
         };
@@ -170,47 +400,138 @@ impl StageSpec {
     /// Checks every parameter's range.
     pub fn validate(&self, file: &str, at: &str) -> Result<()> {
         let err = |key: &str, msg: String| Err(Error::config(file, format!("{at}.{key}"), msg));
-        let weight = match self {
-            StageSpec::Identity(s) => s.weight,
-            StageSpec::TensorSketch(s) => s.weight,
-        };
+        let weight = common!(self, weight);
         if !(weight.is_finite() && weight > 0.0) {
             return err("weight", format!("must be a positive number, got {weight}"));
         }
-        if let StageSpec::TensorSketch(s) = self {
-            if s.degree == 0 || s.degree > 16 {
+        let poly = |degree: u32, gamma: f64, offset: f64| -> Result<()> {
+            if degree == 0 || degree > 16 {
                 return err(
                     "degree",
-                    format!("must be an integer from 1 to 16, got {}", s.degree),
+                    format!("must be an integer from 1 to 16, got {degree}"),
                 );
             }
-            if !(s.gamma.is_finite() && s.gamma > 0.0) {
-                return err(
-                    "gamma",
-                    format!("must be a positive number, got {}", s.gamma),
-                );
+            if !(gamma.is_finite() && gamma > 0.0) {
+                return err("gamma", format!("must be a positive number, got {gamma}"));
             }
-            if !(s.offset.is_finite() && s.offset >= 0.0) {
-                return err("offset", format!("must be a number ≥ 0, got {}", s.offset));
+            if !(offset.is_finite() && offset >= 0.0) {
+                return err("offset", format!("must be a number ≥ 0, got {offset}"));
             }
-            if s.dim < 2 || s.dim > MAX_DIM {
-                return err("dim", format!("must be from 2 to {MAX_DIM}, got {}", s.dim));
+            Ok(())
+        };
+        let dim = |key: &str, v: usize, min: usize| -> Result<()> {
+            if v < min || v > MAX_DIM {
+                return err(key, format!("must be from {min} to {MAX_DIM}, got {v}"));
+            }
+            Ok(())
+        };
+        let eta = |v: f64| -> Result<()> {
+            if !(v.is_finite() && v > 1.0) {
+                return err("eta", format!("must be a number > 1, got {v}"));
+            }
+            Ok(())
+        };
+        match self {
+            StageSpec::Identity(_) => Ok(()),
+            StageSpec::TensorSketch(s) => {
+                poly(s.degree, s.gamma, s.offset)?;
+                dim("dim", s.dim, 2)
+            }
+            StageSpec::RandomMaclaurin(s) => {
+                poly(s.degree, s.gamma, s.offset)?;
+                eta(s.eta)?;
+                dim("dim", s.dim, 1)
+            }
+            StageSpec::RecursiveTensorSketch(s) => {
+                poly(s.degree, s.gamma, s.offset)?;
+                dim("dim", s.dim, 2)?;
+                if s.dim % 2 != 0 {
+                    return err("dim", format!("must be even, got {}", s.dim));
+                }
+                Ok(())
+            }
+            StageSpec::Craftmaps(s) => {
+                poly(s.degree, s.gamma, s.offset)?;
+                eta(s.eta)?;
+                dim("dim", s.dim, 1)?;
+                dim("up_dim", s.up_dim(), 2)?;
+                if s.dim >= s.up_dim() {
+                    return err(
+                        "dim",
+                        format!("E = {} must be below up_dim D = {}", s.dim, s.up_dim()),
+                    );
+                }
+                if s.up == UpKind::TensorSketch && s.kernel != DotKind::Polynomial {
+                    return err(
+                        "kernel",
+                        "a tensor-sketch up-projection needs kernel = \"polynomial\"".into(),
+                    );
+                }
+                if s.up == UpKind::TensorSketch && s.hadamard {
+                    return err(
+                        "hadamard",
+                        "the Hadamard-structured up-projection is for random_maclaurin".into(),
+                    );
+                }
+                Ok(())
             }
         }
-        Ok(())
     }
 
-    fn normalize(&self) -> Normalize {
-        match self {
-            StageSpec::Identity(s) => s.normalize,
-            StageSpec::TensorSketch(s) => s.normalize,
+    /// Input normalisation.
+    pub fn normalize(&self) -> Normalize {
+        common!(self, normalize)
+    }
+
+    /// Weight in a concatenation.
+    pub fn weight(&self) -> f64 {
+        common!(self, weight)
+    }
+
+    /// The kernel the stage approximates.
+    pub fn kernel(&self) -> Kernel {
+        Kernel::Dot(match self {
+            StageSpec::Identity(_) => DotKernel::Polynomial {
+                degree: 1,
+                gamma: 1.0,
+                offset: 0.0,
+            },
+            StageSpec::TensorSketch(s) => {
+                dot_kernel(DotKind::Polynomial, s.degree, s.gamma, s.offset)
+            }
+            StageSpec::RecursiveTensorSketch(s) => {
+                dot_kernel(DotKind::Polynomial, s.degree, s.gamma, s.offset)
+            }
+            StageSpec::RandomMaclaurin(s) => dot_kernel(s.kernel, s.degree, s.gamma, s.offset),
+            StageSpec::Craftmaps(s) => dot_kernel(s.kernel, s.degree, s.gamma, s.offset),
+        })
+    }
+
+    /// The same stage with output dimension `dim` (for error-versus-dimension sweeps).
+    pub fn with_dim(&self, dim: usize) -> StageSpec {
+        let mut s = self.clone();
+        match &mut s {
+            StageSpec::Identity(_) => {}
+            StageSpec::TensorSketch(t) => t.dim = dim,
+            StageSpec::RandomMaclaurin(t) => t.dim = dim,
+            StageSpec::RecursiveTensorSketch(t) => t.dim = dim + dim % 2,
+            StageSpec::Craftmaps(t) => {
+                let ratio = t.up_dim() / t.dim.max(1);
+                t.dim = dim;
+                t.up_dim = ratio.max(2) * dim;
+            }
         }
+        s
     }
 
-    fn weight(&self) -> f64 {
+    /// The output dimension the stage asks for (identity: none).
+    pub fn dim(&self) -> Option<usize> {
         match self {
-            StageSpec::Identity(s) => s.weight,
-            StageSpec::TensorSketch(s) => s.weight,
+            StageSpec::Identity(_) => None,
+            StageSpec::TensorSketch(t) => Some(t.dim),
+            StageSpec::RandomMaclaurin(t) => Some(t.dim),
+            StageSpec::RecursiveTensorSketch(t) => Some(t.dim),
+            StageSpec::Craftmaps(t) => Some(t.dim),
         }
     }
 }
@@ -229,47 +550,415 @@ pub struct ParamArray {
 /// The values of a [`ParamArray`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum ParamData {
-    /// Hash values.
+    /// Hash values, orders, indices.
     U32(Vec<u32>),
     /// Signs.
     I8(Vec<i8>),
+    /// Real parameters.
+    F32(Vec<f32>),
 }
 
-/// The map of a stage.
-#[derive(Debug)]
-pub enum StageMap {
-    /// `z = x`.
-    Identity(Identity),
-    /// Tensor sketch.
-    TensorSketch(TensorSketch),
+impl ParamArray {
+    fn u32(name: &str, shape: Vec<usize>, v: Vec<u32>) -> Self {
+        ParamArray {
+            name: name.into(),
+            shape,
+            data: ParamData::U32(v),
+        }
+    }
+    fn i8(name: &str, shape: Vec<usize>, v: Vec<i8>) -> Self {
+        ParamArray {
+            name: name.into(),
+            shape,
+            data: ParamData::I8(v),
+        }
+    }
+    fn f32(name: &str, shape: Vec<usize>, v: Vec<f32>) -> Self {
+        ParamArray {
+            name: name.into(),
+            shape,
+            data: ParamData::F32(v),
+        }
+    }
+    fn prefixed(mut self, p: &str) -> Self {
+        self.name = format!("{p}{}", self.name);
+        self
+    }
 }
 
-impl StageMap {
-    fn as_map(&self) -> &dyn FeatureMap {
-        match self {
-            StageMap::Identity(m) => m,
-            StageMap::TensorSketch(m) => m,
+/// Stored arrays of a stage, looked up by name with shape checks.
+struct Params<'a>(&'a [ParamArray]);
+
+type PResult<T> = std::result::Result<T, String>;
+
+impl Params<'_> {
+    fn get(&self, name: &str) -> PResult<&ParamArray> {
+        self.0
+            .iter()
+            .find(|p| p.name == name)
+            .ok_or_else(|| format!("missing array '{name}'"))
+    }
+    fn u32(&self, name: &str, shape: &[usize]) -> PResult<Vec<u32>> {
+        match self.get(name)? {
+            ParamArray {
+                shape: s,
+                data: ParamData::U32(v),
+                ..
+            } if s == shape && v.len() == s.iter().product::<usize>() => Ok(v.clone()),
+            _ => Err(format!("array '{name}' must be u32 of shape {shape:?}")),
+        }
+    }
+    fn i8(&self, name: &str, shape: &[usize]) -> PResult<Vec<i8>> {
+        match self.get(name)? {
+            ParamArray {
+                shape: s,
+                data: ParamData::I8(v),
+                ..
+            } if s == shape && v.len() == s.iter().product::<usize>() => {
+                if v.iter().any(|&x| x != 1 && x != -1) {
+                    return Err(format!("array '{name}' must hold signs ±1"));
+                }
+                Ok(v.clone())
+            }
+            _ => Err(format!("array '{name}' must be i8 of shape {shape:?}")),
+        }
+    }
+    fn f32(&self, name: &str, shape: &[usize]) -> PResult<Vec<f32>> {
+        match self.get(name)? {
+            ParamArray {
+                shape: s,
+                data: ParamData::F32(v),
+                ..
+            } if s == shape && v.len() == s.iter().product::<usize>() => Ok(v.clone()),
+            _ => Err(format!("array '{name}' must be f32 of shape {shape:?}")),
+        }
+    }
+    fn shape(&self, name: &str) -> PResult<Vec<usize>> {
+        Ok(self.get(name)?.shape.clone())
+    }
+    fn count_sketches(
+        &self,
+        hash: &str,
+        sign: &str,
+        k: usize,
+        n: usize,
+        m: usize,
+    ) -> PResult<Vec<CountSketch>> {
+        let h = self.u32(hash, &[k, n])?;
+        let s = self.i8(sign, &[k, n])?;
+        if h.iter().any(|&v| v as usize >= m) {
+            return Err(format!("array '{hash}' has values outside [0, {m})"));
+        }
+        Ok((0..k)
+            .map(|j| CountSketch {
+                hash: h[j * n..(j + 1) * n].to_vec(),
+                sign: s[j * n..(j + 1) * n].to_vec(),
+                dim: m,
+            })
+            .collect())
+    }
+    fn sub(&self, prefix: &str) -> Vec<ParamArray> {
+        self.0
+            .iter()
+            .filter_map(|p| {
+                p.name.strip_prefix(prefix).map(|n| ParamArray {
+                    name: n.into(),
+                    ..p.clone()
+                })
+            })
+            .collect()
+    }
+}
+
+fn count_sketch_params(hash: &str, sign: &str, cs: &[CountSketch]) -> Vec<ParamArray> {
+    let n = cs.first().map_or(0, CountSketch::input_dim);
+    vec![
+        ParamArray::u32(
+            hash,
+            vec![cs.len(), n],
+            cs.iter().flat_map(|c| c.hash.clone()).collect(),
+        ),
+        ParamArray::i8(
+            sign,
+            vec![cs.len(), n],
+            cs.iter().flat_map(|c| c.sign.clone()).collect(),
+        ),
+    ]
+}
+
+/// A built map whose random parameters can be exported.
+pub trait Sketch: FeatureMap + std::fmt::Debug {
+    /// The materialised random parameters.
+    fn params(&self) -> Vec<ParamArray>;
+}
+
+impl Sketch for Identity {
+    fn params(&self) -> Vec<ParamArray> {
+        Vec::new()
+    }
+}
+
+impl Sketch for TensorSketch {
+    fn params(&self) -> Vec<ParamArray> {
+        count_sketch_params("hash", "sign", self.sketches())
+    }
+}
+
+impl Sketch for RandomMaclaurin {
+    fn params(&self) -> Vec<ParamArray> {
+        let mut v = vec![ParamArray::u32(
+            "orders",
+            vec![self.orders.len()],
+            self.orders.clone(),
+        )];
+        match &self.proj {
+            Projections::Dense { signs } => v.push(ParamArray::i8(
+                "signs",
+                vec![self.d, self.total_order()],
+                signs
+                    .iter()
+                    .map(|&s| if s > 0.0 { 1 } else { -1 })
+                    .collect(),
+            )),
+            Projections::Hadamard { d_pad, zeta, perm } => {
+                v.push(ParamArray::i8(
+                    "zeta",
+                    vec![zeta.len() / d_pad, *d_pad],
+                    zeta.clone(),
+                ));
+                v.push(ParamArray::u32("perm", vec![perm.len()], perm.clone()));
+            }
+        }
+        v
+    }
+}
+
+impl Sketch for RecursivePoly {
+    fn params(&self) -> Vec<ParamArray> {
+        let t = &self.tree;
+        let mut v = count_sketch_params("leaf_hash", "leaf_sign", &t.leaves);
+        let nodes: Vec<CountSketch> = t
+            .nodes
+            .iter()
+            .flatten()
+            .flat_map(|(a, b)| [a.clone(), b.clone()])
+            .collect();
+        v.extend(count_sketch_params("node_hash", "node_sign", &nodes));
+        v
+    }
+}
+
+impl Sketch for Srht {
+    fn params(&self) -> Vec<ParamArray> {
+        vec![
+            ParamArray::i8("zeta", vec![self.zeta.len()], self.zeta.clone()),
+            ParamArray::u32("rows", vec![self.rows.len()], self.rows.clone()),
+        ]
+    }
+}
+
+impl Sketch for GaussianProjection {
+    fn params(&self) -> Vec<ParamArray> {
+        vec![ParamArray::f32(
+            "matrix",
+            vec![self.d_in, self.e],
+            self.at.clone(),
+        )]
+    }
+}
+
+impl Sketch for Craftmaps {
+    fn params(&self) -> Vec<ParamArray> {
+        let mut v: Vec<ParamArray> = self
+            .up
+            .params()
+            .into_iter()
+            .map(|p| p.prefixed("up_"))
+            .collect();
+        v.extend(self.down.params().into_iter().map(|p| p.prefixed("down_")));
+        v
+    }
+}
+
+fn tensor_sketch(
+    degree: u32,
+    gamma: f64,
+    offset: f64,
+    d: usize,
+    dim: usize,
+    rng: &mut StageRng,
+) -> TensorSketch {
+    TensorSketch::draw(
+        PolyKernel {
+            degree,
+            gamma,
+            offset,
+        },
+        d,
+        dim,
+        rng,
+    )
+}
+
+fn recursive(
+    degree: u32,
+    gamma: f64,
+    offset: f64,
+    d: usize,
+    dim: usize,
+    rng: &mut StageRng,
+) -> RecursivePoly {
+    let n = d + usize::from(offset > 0.0);
+    RecursivePoly {
+        tree: RecursiveTensorSketch::draw(n, degree as usize, dim, rng),
+        d,
+        gamma,
+        offset,
+    }
+}
+
+/// Builds the map of `spec` for inputs of dimension `d`, drawing from `rng`.
+pub fn build_map(spec: &StageSpec, d: usize, rng: &mut StageRng) -> Box<dyn Sketch> {
+    match spec {
+        StageSpec::Identity(_) => Box::new(Identity { d }),
+        StageSpec::TensorSketch(s) => {
+            Box::new(tensor_sketch(s.degree, s.gamma, s.offset, d, s.dim, rng))
+        }
+        StageSpec::RandomMaclaurin(s) => Box::new(RandomMaclaurin::draw(
+            dot_kernel(s.kernel, s.degree, s.gamma, s.offset),
+            d,
+            s.dim,
+            s.eta,
+            s.h01,
+            s.hadamard,
+            rng,
+        )),
+        StageSpec::RecursiveTensorSketch(s) => {
+            Box::new(recursive(s.degree, s.gamma, s.offset, d, s.dim, rng))
+        }
+        StageSpec::Craftmaps(s) => {
+            let up: Box<dyn Sketch> = match s.up {
+                UpKind::RandomMaclaurin => Box::new(RandomMaclaurin::draw(
+                    dot_kernel(s.kernel, s.degree, s.gamma, s.offset),
+                    d,
+                    s.up_dim(),
+                    s.eta,
+                    s.h01,
+                    s.hadamard,
+                    rng,
+                )),
+                UpKind::TensorSketch => Box::new(tensor_sketch(
+                    s.degree,
+                    s.gamma,
+                    s.offset,
+                    d,
+                    s.up_dim(),
+                    rng,
+                )),
+            };
+            let du = up.output_dim();
+            let e = s.dim.min(next_pow2(du));
+            let down: Box<dyn Sketch> = match s.down {
+                DownKind::Srht => Box::new(Srht::draw(du, e, rng)),
+                DownKind::Gaussian => Box::new(GaussianProjection::draw(du, s.dim, rng)),
+            };
+            Box::new(Craftmaps { up, down })
         }
     }
 }
 
-/// One built stage: normalisation, map, weight.
-#[derive(Debug)]
-pub struct Stage {
-    /// The spec it was built from.
-    pub spec: StageSpec,
-    /// The map with its random parameters.
-    pub map: StageMap,
+fn maclaurin_from(
+    kernel: DotKernel,
+    d: usize,
+    dim: usize,
+    eta: f64,
+    h01: bool,
+    hadamard: bool,
+    p: &Params,
+) -> PResult<RandomMaclaurin> {
+    let h01 = h01 && dim > d + 1 && kernel.coef(0) + kernel.coef(1) > 0.0;
+    let n_rand = p.shape("orders")?.first().copied().unwrap_or(0);
+    let orders = p.u32("orders", &[n_rand])?;
+    let n_min = if h01 { 2 } else { 0 };
+    if orders.iter().any(|&n| n < n_min || kernel.coef(n) <= 0.0) {
+        return Err("orders outside the kernel's support".into());
+    }
+    let total: usize = orders.iter().map(|&n| n as usize).sum();
+    let proj = if hadamard {
+        let zs = p.shape("zeta")?;
+        let d_pad = next_pow2(d);
+        let t = zs.first().copied().unwrap_or(0);
+        let zeta = p.i8("zeta", &[t, d_pad])?;
+        let perm = p.u32("perm", &[t * d_pad])?;
+        let mut seen = vec![false; t * d_pad];
+        if t * d_pad < total
+            || perm.iter().any(|&k| {
+                k as usize >= seen.len() || std::mem::replace(&mut seen[k as usize], true)
+            })
+        {
+            return Err("perm must be a permutation of the slots".into());
+        }
+        Projections::Hadamard { d_pad, zeta, perm }
+    } else {
+        Projections::Dense {
+            signs: p
+                .i8("signs", &[d, total])?
+                .into_iter()
+                .map(f32::from)
+                .collect(),
+        }
+    };
+    Ok(RandomMaclaurin::from_parts(
+        kernel, d, h01, orders, proj, eta,
+    ))
 }
 
-impl Stage {
-    /// Builds stage number `index` for inputs of dimension `d`, drawing its
-    /// parameters from the stream `(seed, index)`.
-    pub fn build(spec: &StageSpec, d: usize, seed: u64, index: usize) -> Stage {
-        let mut rng = StageRng::new(seed, index as u64);
-        let map = match spec {
-            StageSpec::Identity(_) => StageMap::Identity(Identity { d }),
-            StageSpec::TensorSketch(s) => StageMap::TensorSketch(TensorSketch::draw(
+fn recursive_from(
+    degree: u32,
+    gamma: f64,
+    offset: f64,
+    d: usize,
+    m: usize,
+    p: &Params,
+) -> PResult<RecursivePoly> {
+    let n = d + usize::from(offset > 0.0);
+    let k = degree as usize;
+    let big_k = k.next_power_of_two();
+    let leaves = p.count_sketches("leaf_hash", "leaf_sign", big_k, n, m)?;
+    let mut flat = p
+        .count_sketches("node_hash", "node_sign", 2 * (big_k - 1), m, m)?
+        .into_iter();
+    let mut nodes = Vec::new();
+    let mut width = big_k;
+    while width > 1 {
+        width /= 2;
+        nodes.push(
+            (0..width)
+                .map(|_| (flat.next().expect("counted"), flat.next().expect("counted")))
+                .collect(),
+        );
+    }
+    Ok(RecursivePoly {
+        tree: RecursiveTensorSketch::from_parts(n, k, m, leaves, nodes),
+        d,
+        gamma,
+        offset,
+    })
+}
+
+/// Rebuilds the map of `spec` from stored arrays, checking every shape and range.
+pub fn map_from_params(
+    spec: &StageSpec,
+    d: usize,
+    params: &[ParamArray],
+) -> PResult<Box<dyn Sketch>> {
+    let p = Params(params);
+    Ok(match spec {
+        StageSpec::Identity(_) => Box::new(Identity { d }),
+        StageSpec::TensorSketch(s) => {
+            let dp = d + usize::from(s.offset > 0.0);
+            let sketches = p.count_sketches("hash", "sign", s.degree as usize, dp, s.dim)?;
+            Box::new(TensorSketch::from_sketches(
                 PolyKernel {
                     degree: s.degree,
                     gamma: s.gamma,
@@ -277,97 +966,116 @@ impl Stage {
                 },
                 d,
                 s.dim,
-                &mut rng,
-            )),
-        };
+                sketches,
+            ))
+        }
+        StageSpec::RandomMaclaurin(s) => Box::new(maclaurin_from(
+            dot_kernel(s.kernel, s.degree, s.gamma, s.offset),
+            d,
+            s.dim,
+            s.eta,
+            s.h01,
+            s.hadamard,
+            &p,
+        )?),
+        StageSpec::RecursiveTensorSketch(s) => {
+            Box::new(recursive_from(s.degree, s.gamma, s.offset, d, s.dim, &p)?)
+        }
+        StageSpec::Craftmaps(s) => {
+            let up_p = p.sub("up_");
+            let up_params = Params(&up_p);
+            let up: Box<dyn Sketch> = match s.up {
+                UpKind::RandomMaclaurin => Box::new(maclaurin_from(
+                    dot_kernel(s.kernel, s.degree, s.gamma, s.offset),
+                    d,
+                    s.up_dim(),
+                    s.eta,
+                    s.h01,
+                    s.hadamard,
+                    &up_params,
+                )?),
+                UpKind::TensorSketch => {
+                    let dp = d + usize::from(s.offset > 0.0);
+                    let sketches = up_params.count_sketches(
+                        "hash",
+                        "sign",
+                        s.degree as usize,
+                        dp,
+                        s.up_dim(),
+                    )?;
+                    Box::new(TensorSketch::from_sketches(
+                        PolyKernel {
+                            degree: s.degree,
+                            gamma: s.gamma,
+                            offset: s.offset,
+                        },
+                        d,
+                        s.up_dim(),
+                        sketches,
+                    ))
+                }
+            };
+            let du = up.output_dim();
+            let down_p = p.sub("down_");
+            let dp = Params(&down_p);
+            let down: Box<dyn Sketch> = match s.down {
+                DownKind::Srht => {
+                    let e = dp.shape("rows")?.first().copied().unwrap_or(0);
+                    let srht = Srht {
+                        d_in: du,
+                        zeta: dp.i8("zeta", &[next_pow2(du)])?,
+                        rows: dp.u32("rows", &[e])?,
+                    };
+                    srht.validate()?;
+                    Box::new(srht)
+                }
+                DownKind::Gaussian => Box::new(GaussianProjection {
+                    at: dp.f32("matrix", &[du, s.dim])?,
+                    d_in: du,
+                    e: s.dim,
+                }),
+            };
+            Box::new(Craftmaps { up, down })
+        }
+    })
+}
+
+/// One built stage: spec and map.
+#[derive(Debug)]
+pub struct Stage {
+    /// The spec it was built from.
+    pub spec: StageSpec,
+    /// The map with its random parameters.
+    pub map: Box<dyn Sketch>,
+}
+
+impl Stage {
+    /// Builds stage number `index` for inputs of dimension `d`, drawing its
+    /// parameters from the stream `(seed, index)`.
+    pub fn build(spec: &StageSpec, d: usize, seed: u64, index: usize) -> Stage {
+        let mut rng = StageRng::new(seed, index as u64);
         Stage {
             spec: spec.clone(),
-            map,
+            map: build_map(spec, d, &mut rng),
         }
     }
 
     /// The stage's random parameters as arrays.
     pub fn params(&self) -> Vec<ParamArray> {
-        match &self.map {
-            StageMap::Identity(_) => Vec::new(),
-            StageMap::TensorSketch(ts) => {
-                let p = ts.sketches().len();
-                let dp = ts.sketches().first().map_or(0, CountSketch::input_dim);
-                vec![
-                    ParamArray {
-                        name: "hash".into(),
-                        shape: vec![p, dp],
-                        data: ParamData::U32(
-                            ts.sketches().iter().flat_map(|c| c.hash.clone()).collect(),
-                        ),
-                    },
-                    ParamArray {
-                        name: "sign".into(),
-                        shape: vec![p, dp],
-                        data: ParamData::I8(
-                            ts.sketches().iter().flat_map(|c| c.sign.clone()).collect(),
-                        ),
-                    },
-                ]
-            }
-        }
+        self.map.params()
     }
 
-    /// Rebuilds a stage from its spec and stored arrays, checking every shape and range.
-    pub fn from_params(
-        spec: &StageSpec,
-        d: usize,
-        params: &[ParamArray],
-    ) -> std::result::Result<Stage, String> {
-        let find = |name: &str| {
-            params
-                .iter()
-                .find(|p| p.name == name)
-                .ok_or_else(|| format!("missing array '{name}'"))
-        };
-        let map = match spec {
-            StageSpec::Identity(_) => StageMap::Identity(Identity { d }),
-            StageSpec::TensorSketch(s) => {
-                let dp = d + usize::from(s.offset > 0.0);
-                let p = s.degree as usize;
-                let (hash, sign) = (find("hash")?, find("sign")?);
-                let (ParamData::U32(h), ParamData::I8(g)) = (&hash.data, &sign.data) else {
-                    return Err("hash must be u32 and sign i8".into());
-                };
-                if hash.shape != [p, dp]
-                    || sign.shape != [p, dp]
-                    || h.len() != p * dp
-                    || g.len() != p * dp
-                {
-                    return Err(format!("hash and sign must have shape [{p}, {dp}]"));
-                }
-                if h.iter().any(|&v| v as usize >= s.dim) || g.iter().any(|&v| v != 1 && v != -1) {
-                    return Err("hash values must lie in [0, dim) and signs be ±1".into());
-                }
-                let sketches = (0..p)
-                    .map(|j| CountSketch {
-                        hash: h[j * dp..(j + 1) * dp].to_vec(),
-                        sign: g[j * dp..(j + 1) * dp].to_vec(),
-                        dim: s.dim,
-                    })
-                    .collect();
-                let kernel = PolyKernel {
-                    degree: s.degree,
-                    gamma: s.gamma,
-                    offset: s.offset,
-                };
-                StageMap::TensorSketch(TensorSketch::from_sketches(kernel, d, s.dim, sketches))
-            }
-        };
+    /// Rebuilds a stage from its spec and stored arrays.
+    pub fn from_params(spec: &StageSpec, d: usize, params: &[ParamArray]) -> PResult<Stage> {
         Ok(Stage {
             spec: spec.clone(),
-            map,
+            map: map_from_params(spec, d, params)?,
         })
     }
 
     /// Output dimension.
     pub fn output_dim(&self) -> usize {
-        self.map.as_map().output_dim()
+        self.map.output_dim()
     }
 }
 
@@ -441,7 +1149,7 @@ impl FeaturePipeline {
         let mut tmp: Vec<f32> = Vec::new();
         let mut col = 0;
         for stage in &self.stages {
-            let map = stage.map.as_map();
+            let map = &stage.map;
             let ds = map.output_dim();
             let input: &[f32] = if stage.spec.normalize() == Normalize::None {
                 x
