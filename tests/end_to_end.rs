@@ -349,3 +349,40 @@ fn save_load_predict_gives_identical_scores_for_every_stage_kind() {
         );
     }
 }
+
+#[test]
+fn kernel_error_compares_the_dot_product_maps_and_plots_the_decay() {
+    let dir = TempDir::new("kernel-error");
+    let svg = dir.path("err.svg");
+    let out = sketchfit(&[
+        "kernel-error",
+        &repo("pipelines/compare_poly.toml"),
+        "--input",
+        &repo("data/digits_test.parquet"),
+        "--sample",
+        "200",
+        "--seeds",
+        "4",
+        "--json",
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(v["rows"], 200);
+    let stages = v["stages"].as_array().unwrap();
+    assert_eq!(stages.len(), 4);
+    for s in stages {
+        let e = s["nrms_mean"].as_f64().unwrap();
+        assert!(e > 0.0 && e < 0.5, "{s}");
+    }
+    // Sixteen times the dimension gives a clearly smaller error for every map.
+    let sweep = v["sweep"].as_array().unwrap();
+    for st in 0..4 {
+        let pts: Vec<f64> = sweep.iter().filter(|e| e["stage"] == st).map(|e| e["nrms_mean"].as_f64().unwrap()).collect();
+        assert_eq!(pts.len(), 5);
+        assert!(pts[4] < 0.6 * pts[0], "stage {st}: {pts:?}");
+    }
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.starts_with("<svg") && text.matches("<polyline").count() == 4);
+}

@@ -3,6 +3,7 @@
 
 mod evaluate;
 mod inspect;
+mod kernel_error;
 mod predict;
 mod train;
 
@@ -30,6 +31,8 @@ enum Command {
     Evaluate(evaluate::Args),
     /// Describe a model file.
     Inspect(inspect::Args),
+    /// Compare each stage's features with its exact kernel on a sample of rows.
+    KernelError(kernel_error::Args),
 }
 
 /// Runs the command line; returns the process exit code.
@@ -47,6 +50,7 @@ pub fn main() -> ExitCode {
         Command::Predict(a) => predict::run(a),
         Command::Evaluate(a) => evaluate::run(a),
         Command::Inspect(a) => inspect::run(a),
+        Command::KernelError(a) => kernel_error::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

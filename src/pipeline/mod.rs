@@ -2,6 +2,7 @@
 //! passes over the data ([`train`]), with a reader thread, parallel chunk mapping,
 //! progress on stderr and the memory stated before the first row is read.
 
+pub mod kernel_error;
 pub mod predict;
 pub mod spec;
 pub mod train;

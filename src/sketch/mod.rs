@@ -50,7 +50,8 @@ pub enum Normalize {
 }
 
 impl Normalize {
-    fn apply(self, x: &mut [f32], d: usize) {
+    /// Normalises each row of `x` (`d` columns) in place.
+    pub fn apply(self, x: &mut [f32], d: usize) {
         if self == Normalize::None || d == 0 {
             return;
         }

@@ -1,0 +1,280 @@
+//! `kernel-error`: how well each stage's features reproduce its exact kernel on a
+//! uniform sample of rows, as `NRMS = ‖K̂ − K‖_F / ‖K‖_F` (math.md §14) with its spread
+//! over seeds, the mean and max absolute error and the mapping time per row, and
+//! optionally the NRMS against the output dimension.
+
+use std::fmt::Write as _;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::pipeline::spec::PipelineSpec;
+use crate::pipeline::train::stream;
+use crate::rng::StageRng;
+use crate::sketch::{Stage, StageSpec};
+use crate::source::{Chunk, Dataset};
+
+/// A uniform sample of `n` rows (reservoir sampling, Algorithm R) in input order of
+/// arrival; returns the rows (`m × d`, `m ≤ n`).
+pub fn reservoir(dataset: &Dataset, n: usize, seed: u64, chunk_rows: usize) -> Result<Vec<f32>> {
+    let d = dataset.dim();
+    let mut rng = StageRng::new(seed, u64::MAX);
+    let mut keep: Vec<f32> = Vec::with_capacity(n * d);
+    let mut seen: u64 = 0;
+    stream(dataset, &dataset.units(), chunk_rows, &mut |ch: Chunk| {
+        for r in 0..ch.rows {
+            let row = &ch.x[r * d..(r + 1) * d];
+            if (seen as usize) < n {
+                keep.extend_from_slice(row);
+            } else {
+                let j = (rng.uniform() * (seen + 1) as f64) as u64;
+                if (j as usize) < n {
+                    keep[j as usize * d..(j as usize + 1) * d].copy_from_slice(row);
+                }
+            }
+            seen += 1;
+        }
+        Ok(())
+    })?;
+    Ok(keep)
+}
+
+/// Errors of one stage at one dimension.
+#[derive(Debug, Clone, Serialize)]
+pub struct StageError {
+    /// Stage position.
+    pub stage: usize,
+    /// Stage kind and parameters.
+    pub spec: StageSpec,
+    /// Output dimension.
+    pub dim: usize,
+    /// NRMS per seed.
+    pub nrms: Vec<f64>,
+    /// Mean NRMS.
+    pub nrms_mean: f64,
+    /// Standard deviation of the NRMS over seeds.
+    pub nrms_sd: f64,
+    /// Mean absolute error of `K̂` (averaged over seeds).
+    pub mean_abs: f64,
+    /// Largest absolute error of `K̂` over seeds.
+    pub max_abs: f64,
+    /// Microseconds per row to map (mean over seeds, one thread).
+    pub us_per_row: f64,
+}
+
+/// The report of `kernel-error`.
+#[derive(Debug, Clone, Serialize)]
+pub struct KernelErrorReport {
+    /// Rows in the sample.
+    pub rows: usize,
+    /// Seeds per stage.
+    pub seeds: usize,
+    /// One entry per stage at its own dimension.
+    pub stages: Vec<StageError>,
+    /// NRMS against dimension (when asked for): every stage at `D/16 … D`.
+    pub sweep: Vec<StageError>,
+}
+
+fn normalized(spec: &StageSpec, x: &[f32], d: usize) -> Vec<f32> {
+    let mut v = x.to_vec();
+    spec.normalize().apply(&mut v, d);
+    v
+}
+
+fn measure(spec: &StageSpec, index: usize, x: &[f32], n: usize, d: usize, exact: &[f64], seeds: usize, base_seed: u64) -> StageError {
+    let w2 = spec.weight() * spec.weight();
+    let xn = normalized(spec, x, d);
+    let (mut nrms, mut mean_abs, mut max_abs, mut secs) = (Vec::new(), 0.0, 0.0f64, 0.0);
+    let mut dim = 0;
+    let den: f64 = exact.iter().map(|k| (w2 * k).powi(2)).sum::<f64>().sqrt();
+    for s in 0..seeds {
+        let stage = Stage::build(spec, d, base_seed.wrapping_add(s as u64), index);
+        dim = stage.output_dim();
+        let mut z = vec![0f32; n * dim];
+        let t = Instant::now();
+        stage.map.map(&xn, n, &mut z);
+        secs += t.elapsed().as_secs_f64();
+        let w = stage.spec.weight() as f32;
+        z.iter_mut().for_each(|v| *v *= w);
+        let zv = ndarray::ArrayView2::from_shape((n, dim), &z[..]).expect("shape");
+        let khat = zv.dot(&zv.t());
+        let (mut num, mut abs) = (0.0, 0.0);
+        for (i, &e) in exact.iter().enumerate() {
+            let err = (f64::from(khat[(i / n, i % n)]) - w2 * e).abs();
+            num += err * err;
+            abs += err;
+            max_abs = max_abs.max(err);
+        }
+        nrms.push(if den > 0.0 { num.sqrt() / den } else { 0.0 });
+        mean_abs += abs / exact.len() as f64;
+    }
+    let m = nrms.iter().sum::<f64>() / seeds as f64;
+    let sd = if seeds > 1 {
+        (nrms.iter().map(|v| (v - m).powi(2)).sum::<f64>() / (seeds - 1) as f64).sqrt()
+    } else {
+        0.0
+    };
+    StageError {
+        stage: index,
+        spec: spec.clone(),
+        dim,
+        nrms,
+        nrms_mean: m,
+        nrms_sd: sd,
+        mean_abs: mean_abs / seeds as f64,
+        max_abs,
+        us_per_row: secs / seeds as f64 / n as f64 * 1e6,
+    }
+}
+
+/// Runs the comparison on `inputs` (or the pipeline's training files).
+pub fn kernel_error(spec: &PipelineSpec, inputs: &[std::path::PathBuf], sample: usize, seeds: usize, sweep: bool) -> Result<KernelErrorReport> {
+    if sample < 2 || seeds == 0 {
+        return Err(Error::config("command line", "--sample/--seeds", "need at least 2 rows and 1 seed"));
+    }
+    let files = if inputs.is_empty() { &spec.data.train } else { inputs };
+    let mut cols = spec.columns();
+    cols.label = None;
+    cols.targets.clear();
+    let ds = Dataset::open(files, cols)?;
+    let d = ds.dim();
+    let x = reservoir(&ds, sample, spec.run.seed, spec.run.chunk_rows)?;
+    let n = x.len() / d;
+    let mut stages = Vec::new();
+    let mut curve = Vec::new();
+    for (i, st) in spec.stages.iter().enumerate() {
+        let xn = normalized(st, &x, d);
+        let k = st.kernel();
+        let exact: Vec<f64> = (0..n * n)
+            .map(|ij| k.eval(&xn[(ij / n) * d..(ij / n + 1) * d], &xn[(ij % n) * d..(ij % n + 1) * d]))
+            .collect();
+        stages.push(measure(st, i, &x, n, d, &exact, seeds, spec.run.seed));
+        if sweep {
+            if let Some(full) = st.dim() {
+                for j in (0..=4).rev() {
+                    let dim = (full >> j).max(2);
+                    let s = st.with_dim(dim);
+                    if s.validate("kernel-error", "stage").is_ok() {
+                        curve.push(measure(&s, i, &x, n, d, &exact, seeds, spec.run.seed));
+                    }
+                }
+            }
+        }
+    }
+    Ok(KernelErrorReport {
+        rows: n,
+        seeds,
+        stages,
+        sweep: curve,
+    })
+}
+
+fn kind_name(s: &StageSpec) -> String {
+    serde_json::to_value(s)
+        .ok()
+        .and_then(|v| v["kind"].as_str().map(String::from))
+        .unwrap_or_default()
+}
+
+impl KernelErrorReport {
+    /// A text table.
+    pub fn to_text(&self) -> String {
+        let mut s = format!("{} rows, {} seeds per stage\n", self.rows, self.seeds);
+        s += "stage  kind                      D      NRMS mean ± sd        mean |err|   max |err|    µs/row\n";
+        for e in &self.stages {
+            let _ = writeln!(
+                s,
+                "{:>5}  {:<24} {:>6}  {:.4e} ± {:.2e}  {:.3e}   {:.3e}   {:8.2}",
+                e.stage,
+                kind_name(&e.spec),
+                e.dim,
+                e.nrms_mean,
+                e.nrms_sd,
+                e.mean_abs,
+                e.max_abs,
+                e.us_per_row
+            );
+        }
+        s
+    }
+
+    /// An SVG plot of NRMS against dimension (log–log), one line per stage.
+    pub fn to_svg(&self) -> String {
+        let (w, h, m) = (640.0, 420.0, 60.0);
+        let pts: Vec<&StageError> = self.sweep.iter().filter(|e| e.nrms_mean > 0.0).collect();
+        let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
+        for e in &pts {
+            let (x, y) = ((e.dim as f64).log2(), e.nrms_mean.log10());
+            x0 = x0.min(x);
+            x1 = x1.max(x);
+            y0 = y0.min(y);
+            y1 = y1.max(y);
+        }
+        if pts.is_empty() {
+            (x0, x1, y0, y1) = (0.0, 1.0, -1.0, 0.0);
+        }
+        let (y0, y1) = (y0.floor(), y1.ceil().max(y0.floor() + 1.0));
+        let x1 = x1.max(x0 + 1.0);
+        let px = |x: f64| m + (x - x0) / (x1 - x0) * (w - 2.0 * m);
+        let py = |y: f64| h - m - (y - y0) / (y1 - y0) * (h - 2.0 * m);
+        let colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf"];
+        let mut s = format!(
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+             <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
+             <text x=\"{}\" y=\"20\" text-anchor=\"middle\" font-size=\"14\">kernel approximation error ({} rows, {} seeds)</text>\n",
+            w / 2.0,
+            self.rows,
+            self.seeds
+        );
+        let _ = writeln!(s, "<line x1=\"{m}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>", h - m, w - m, h - m);
+        let _ = writeln!(s, "<line x1=\"{m}\" y1=\"{m}\" x2=\"{m}\" y2=\"{}\" stroke=\"black\"/>", h - m);
+        let mut xt = x0.ceil() as i64;
+        while (xt as f64) <= x1 {
+            let _ = writeln!(
+                s,
+                "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
+                px(xt as f64),
+                h - m + 18.0,
+                1u64 << xt.clamp(0, 62)
+            );
+            xt += 1;
+        }
+        let mut yt = y0 as i64;
+        while (yt as f64) <= y1 {
+            let _ = writeln!(s, "<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">1e{yt}</text>", m - 6.0, py(yt as f64) + 4.0);
+            yt += 1;
+        }
+        let _ = writeln!(s, "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">output dimension D</text>", w / 2.0, h - 15.0);
+        let _ = writeln!(
+            s,
+            "<text x=\"15\" y=\"{}\" transform=\"rotate(-90 15 {})\" text-anchor=\"middle\">NRMS ‖K̂−K‖/‖K‖</text>",
+            h / 2.0,
+            h / 2.0
+        );
+        let mut stages: Vec<usize> = pts.iter().map(|e| e.stage).collect();
+        stages.dedup();
+        for (k, st) in stages.iter().enumerate() {
+            let c = colors[k % colors.len()];
+            let line: Vec<String> = pts
+                .iter()
+                .filter(|e| e.stage == *st)
+                .map(|e| format!("{:.1},{:.1}", px((e.dim as f64).log2()), py(e.nrms_mean.log10())))
+                .collect();
+            let _ = writeln!(s, "<polyline fill=\"none\" stroke=\"{c}\" stroke-width=\"2\" points=\"{}\"/>", line.join(" "));
+            for p in &line {
+                let (a, b) = p.split_once(',').unwrap_or(("0", "0"));
+                let _ = writeln!(s, "<circle cx=\"{a}\" cy=\"{b}\" r=\"3\" fill=\"{c}\"/>");
+            }
+            let name = pts.iter().find(|e| e.stage == *st).map(|e| kind_name(&e.spec)).unwrap_or_default();
+            let _ = writeln!(
+                s,
+                "<text x=\"{}\" y=\"{}\" fill=\"{c}\">stage {st}: {name}</text>",
+                w - m - 170.0,
+                m + 16.0 * k as f64
+            );
+        }
+        s += "</svg>\n";
+        s
+    }
+}
