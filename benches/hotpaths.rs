@@ -8,7 +8,8 @@ use std::time::Instant;
 use ndarray::Array2;
 use sketchfit::rng::StageRng;
 use sketchfit::sketch::tensor::{PolyKernel, TensorSketch};
-use sketchfit::sketch::FeatureMap;
+use sketchfit::sketch::hadamard::fwht;
+use sketchfit::sketch::{build_map, FeatureMap, StageSpec};
 use sketchfit::stats::TriGram;
 
 fn env(name: &str, default: usize) -> usize {
@@ -82,4 +83,58 @@ fn main() {
             println!("p = {p}, D = {dim:6}: {:10.0} rows/s", rows as f64 / t);
         }
     }
+
+    println!("\n## Dot-product maps, d = 784, polynomial (⟨x,y⟩+1)^3, {} rows per call, 1 thread", MAP_ROWS);
+    let x: Vec<f32> = (0..MAP_ROWS * d).map(|_| r.uniform() as f32 / 28.0).collect();
+    let stage = |toml: &str| -> StageSpec {
+        let t: toml::Table = toml.parse().expect("stage toml");
+        StageSpec::from_toml(&t, "bench", "stage").expect("stage spec")
+    };
+    let maps = [
+        ("tensor_sketch D=4096", "kind='tensor_sketch'\ndegree=3\noffset=1.0\ndim=4096"),
+        ("tensor_sketch D=16384", "kind='tensor_sketch'\ndegree=3\noffset=1.0\ndim=16384"),
+        ("random_maclaurin D=4096", "kind='random_maclaurin'\ndegree=3\noffset=1.0\ndim=4096"),
+        ("random_maclaurin D=16384", "kind='random_maclaurin'\ndegree=3\noffset=1.0\ndim=16384"),
+        ("random_maclaurin hadamard D=4096", "kind='random_maclaurin'\ndegree=3\noffset=1.0\ndim=4096\nhadamard=true"),
+        ("random_maclaurin hadamard D=16384", "kind='random_maclaurin'\ndegree=3\noffset=1.0\ndim=16384\nhadamard=true"),
+        ("recursive_tensor_sketch D=4096", "kind='recursive_tensor_sketch'\ndegree=3\noffset=1.0\ndim=4096"),
+        ("recursive_tensor_sketch D=16384", "kind='recursive_tensor_sketch'\ndegree=3\noffset=1.0\ndim=16384"),
+        ("craftmaps RM 16384 -> 4096", "kind='craftmaps'\ndegree=3\noffset=1.0\ndim=4096\nup_dim=16384"),
+        ("craftmaps RM 65536 -> 4096", "kind='craftmaps'\ndegree=3\noffset=1.0\ndim=4096\nup_dim=65536"),
+        ("craftmaps RM-hadamard 65536 -> 4096", "kind='craftmaps'\ndegree=3\noffset=1.0\ndim=4096\nup_dim=65536\nhadamard=true"),
+        ("craftmaps TS 65536 -> 4096", "kind='craftmaps'\nup='tensor_sketch'\ndegree=3\noffset=1.0\ndim=4096\nup_dim=65536"),
+    ];
+    for (name, toml) in maps {
+        let m = build_map(&stage(toml), d, &mut StageRng::new(3, 0));
+        let mut out = vec![0f32; MAP_ROWS * m.output_dim()];
+        let t = best_of(1, || m.map(&x, MAP_ROWS, &mut out));
+        println!("{name:38} {:10.0} rows/s", MAP_ROWS as f64 / t);
+    }
+
+    println!("\n## FWHT, f32, in place, per transform, next to one read+write pass over the same buffer");
+    for log in [12u32, 16, 20] {
+        let n = 1usize << log;
+        let mut v: Vec<f32> = (0..n).map(|_| r.uniform() as f32).collect();
+        let reps = (1 << 24) / n;
+        let t_fwht = best_of(3, || {
+            for _ in 0..reps {
+                fwht(&mut v);
+                v[0] *= 0.5;
+            }
+        }) / reps as f64;
+        let t_pass = best_of(3, || {
+            for _ in 0..reps {
+                v.iter_mut().for_each(|a| *a = *a * 0.999 + 1e-9);
+            }
+        }) / reps as f64;
+        println!(
+            "n = 2^{log:2}: {:9.2} µs per FWHT = {:5.2} × log2(n) passes of {:8.2} µs ({:.1} GB/s read+write)",
+            t_fwht * 1e6,
+            t_fwht / (t_pass * log as f64),
+            t_pass * 1e6,
+            8.0 * n as f64 / t_pass / 1e9
+        );
+    }
 }
+
+const MAP_ROWS: usize = 256;
