@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use ndarray::Array2;
 use sketchfit::rng::StageRng;
-use sketchfit::sketch::tensor::{PolyKernel, TensorSketch};
 use sketchfit::sketch::hadamard::fwht;
+use sketchfit::sketch::tensor::{PolyKernel, TensorSketch};
 use sketchfit::sketch::{build_map, FeatureMap, StageSpec};
 use sketchfit::stats::TriGram;
 
@@ -84,25 +84,66 @@ fn main() {
         }
     }
 
-    println!("\n## Dot-product maps, d = 784, polynomial (⟨x,y⟩+1)^3, {} rows per call, 1 thread", MAP_ROWS);
-    let x: Vec<f32> = (0..MAP_ROWS * d).map(|_| r.uniform() as f32 / 28.0).collect();
+    println!(
+        "\n## Dot-product maps, d = 784, polynomial (⟨x,y⟩+1)^3, {} rows per call, 1 thread",
+        MAP_ROWS
+    );
+    let x: Vec<f32> = (0..MAP_ROWS * d)
+        .map(|_| r.uniform() as f32 / 28.0)
+        .collect();
     let stage = |toml: &str| -> StageSpec {
         let t: toml::Table = toml.parse().expect("stage toml");
         StageSpec::from_toml(&t, "bench", "stage").expect("stage spec")
     };
     let maps = [
-        ("tensor_sketch D=4096", "kind='tensor_sketch'\ndegree=3\noffset=1.0\ndim=4096"),
-        ("tensor_sketch D=16384", "kind='tensor_sketch'\ndegree=3\noffset=1.0\ndim=16384"),
-        ("random_maclaurin D=4096", "kind='random_maclaurin'\ndegree=3\noffset=1.0\ndim=4096"),
-        ("random_maclaurin D=16384", "kind='random_maclaurin'\ndegree=3\noffset=1.0\ndim=16384"),
-        ("random_maclaurin hadamard D=4096", "kind='random_maclaurin'\ndegree=3\noffset=1.0\ndim=4096\nhadamard=true"),
-        ("random_maclaurin hadamard D=16384", "kind='random_maclaurin'\ndegree=3\noffset=1.0\ndim=16384\nhadamard=true"),
-        ("recursive_tensor_sketch D=4096", "kind='recursive_tensor_sketch'\ndegree=3\noffset=1.0\ndim=4096"),
-        ("recursive_tensor_sketch D=16384", "kind='recursive_tensor_sketch'\ndegree=3\noffset=1.0\ndim=16384"),
-        ("craftmaps RM 16384 -> 4096", "kind='craftmaps'\ndegree=3\noffset=1.0\ndim=4096\nup_dim=16384"),
-        ("craftmaps RM 65536 -> 4096", "kind='craftmaps'\ndegree=3\noffset=1.0\ndim=4096\nup_dim=65536"),
-        ("craftmaps RM-hadamard 65536 -> 4096", "kind='craftmaps'\ndegree=3\noffset=1.0\ndim=4096\nup_dim=65536\nhadamard=true"),
-        ("craftmaps TS 65536 -> 4096", "kind='craftmaps'\nup='tensor_sketch'\ndegree=3\noffset=1.0\ndim=4096\nup_dim=65536"),
+        (
+            "tensor_sketch D=4096",
+            "kind='tensor_sketch'\ndegree=3\noffset=1.0\ndim=4096",
+        ),
+        (
+            "tensor_sketch D=16384",
+            "kind='tensor_sketch'\ndegree=3\noffset=1.0\ndim=16384",
+        ),
+        (
+            "random_maclaurin D=4096",
+            "kind='random_maclaurin'\ndegree=3\noffset=1.0\ndim=4096",
+        ),
+        (
+            "random_maclaurin D=16384",
+            "kind='random_maclaurin'\ndegree=3\noffset=1.0\ndim=16384",
+        ),
+        (
+            "random_maclaurin hadamard D=4096",
+            "kind='random_maclaurin'\ndegree=3\noffset=1.0\ndim=4096\nhadamard=true",
+        ),
+        (
+            "random_maclaurin hadamard D=16384",
+            "kind='random_maclaurin'\ndegree=3\noffset=1.0\ndim=16384\nhadamard=true",
+        ),
+        (
+            "recursive_tensor_sketch D=4096",
+            "kind='recursive_tensor_sketch'\ndegree=3\noffset=1.0\ndim=4096",
+        ),
+        (
+            "recursive_tensor_sketch D=16384",
+            "kind='recursive_tensor_sketch'\ndegree=3\noffset=1.0\ndim=16384",
+        ),
+        (
+            "craftmaps RM 16384 -> 4096",
+            "kind='craftmaps'\ndegree=3\noffset=1.0\ndim=4096\nup_dim=16384",
+        ),
+        (
+            "craftmaps RM 65536 -> 4096",
+            "kind='craftmaps'\ndegree=3\noffset=1.0\ndim=4096\nup_dim=65536",
+        ),
+        (
+            "craftmaps RM-hadamard 65536 -> 4096",
+            "kind='craftmaps'\ndegree=3\noffset=1.0\ndim=4096\nup_dim=65536\nhadamard=true",
+        ),
+        (
+            "craftmaps TS 65536 -> 4096",
+            "kind='craftmaps'\nup='tensor_sketch'\ndegree=3\noffset=1.0\ndim=4096\nup_dim=65536",
+        ),
     ];
     for (name, toml) in maps {
         let m = build_map(&stage(toml), d, &mut StageRng::new(3, 0));
@@ -111,7 +152,9 @@ fn main() {
         println!("{name:38} {:10.0} rows/s", MAP_ROWS as f64 / t);
     }
 
-    println!("\n## FWHT, f32, in place, per transform, next to one read+write pass over the same buffer");
+    println!(
+        "\n## FWHT, f32, in place, per transform, next to one read+write pass over the same buffer"
+    );
     for log in [12u32, 16, 20] {
         let n = 1usize << log;
         let mut v: Vec<f32> = (0..n).map(|_| r.uniform() as f32).collect();

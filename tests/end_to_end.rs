@@ -379,7 +379,11 @@ fn kernel_error_compares_the_dot_product_maps_and_plots_the_decay() {
     // Sixteen times the dimension gives a clearly smaller error for every map.
     let sweep = v["sweep"].as_array().unwrap();
     for st in 0..4 {
-        let pts: Vec<f64> = sweep.iter().filter(|e| e["stage"] == st).map(|e| e["nrms_mean"].as_f64().unwrap()).collect();
+        let pts: Vec<f64> = sweep
+            .iter()
+            .filter(|e| e["stage"] == st)
+            .map(|e| e["nrms_mean"].as_f64().unwrap())
+            .collect();
         assert_eq!(pts.len(), 5);
         assert!(pts[4] < 0.6 * pts[0], "stage {st}: {pts:?}");
     }

@@ -82,7 +82,22 @@ fn normalized(spec: &StageSpec, x: &[f32], d: usize) -> Vec<f32> {
     v
 }
 
-fn measure(spec: &StageSpec, index: usize, x: &[f32], n: usize, d: usize, exact: &[f64], seeds: usize, base_seed: u64) -> StageError {
+/// The sample and the exact kernel matrix of one stage.
+struct Sample<'a> {
+    x: &'a [f32],
+    n: usize,
+    d: usize,
+    exact: &'a [f64],
+}
+
+fn measure(
+    spec: &StageSpec,
+    index: usize,
+    sample: &Sample,
+    seeds: usize,
+    base_seed: u64,
+) -> StageError {
+    let Sample { x, n, d, exact } = *sample;
     let w2 = spec.weight() * spec.weight();
     let xn = normalized(spec, x, d);
     let (mut nrms, mut mean_abs, mut max_abs, mut secs) = (Vec::new(), 0.0, 0.0f64, 0.0);
@@ -129,11 +144,25 @@ fn measure(spec: &StageSpec, index: usize, x: &[f32], n: usize, d: usize, exact:
 }
 
 /// Runs the comparison on `inputs` (or the pipeline's training files).
-pub fn kernel_error(spec: &PipelineSpec, inputs: &[std::path::PathBuf], sample: usize, seeds: usize, sweep: bool) -> Result<KernelErrorReport> {
+pub fn kernel_error(
+    spec: &PipelineSpec,
+    inputs: &[std::path::PathBuf],
+    sample: usize,
+    seeds: usize,
+    sweep: bool,
+) -> Result<KernelErrorReport> {
     if sample < 2 || seeds == 0 {
-        return Err(Error::config("command line", "--sample/--seeds", "need at least 2 rows and 1 seed"));
+        return Err(Error::config(
+            "command line",
+            "--sample/--seeds",
+            "need at least 2 rows and 1 seed",
+        ));
     }
-    let files = if inputs.is_empty() { &spec.data.train } else { inputs };
+    let files = if inputs.is_empty() {
+        &spec.data.train
+    } else {
+        inputs
+    };
     let mut cols = spec.columns();
     cols.label = None;
     cols.targets.clear();
@@ -147,16 +176,27 @@ pub fn kernel_error(spec: &PipelineSpec, inputs: &[std::path::PathBuf], sample: 
         let xn = normalized(st, &x, d);
         let k = st.kernel();
         let exact: Vec<f64> = (0..n * n)
-            .map(|ij| k.eval(&xn[(ij / n) * d..(ij / n + 1) * d], &xn[(ij % n) * d..(ij % n + 1) * d]))
+            .map(|ij| {
+                k.eval(
+                    &xn[(ij / n) * d..(ij / n + 1) * d],
+                    &xn[(ij % n) * d..(ij % n + 1) * d],
+                )
+            })
             .collect();
-        stages.push(measure(st, i, &x, n, d, &exact, seeds, spec.run.seed));
+        let smp = Sample {
+            x: &x,
+            n,
+            d,
+            exact: &exact,
+        };
+        stages.push(measure(st, i, &smp, seeds, spec.run.seed));
         if sweep {
             if let Some(full) = st.dim() {
                 for j in (0..=4).rev() {
                     let dim = (full >> j).max(2);
                     let s = st.with_dim(dim);
                     if s.validate("kernel-error", "stage").is_ok() {
-                        curve.push(measure(&s, i, &x, n, d, &exact, seeds, spec.run.seed));
+                        curve.push(measure(&s, i, &smp, seeds, spec.run.seed));
                     }
                 }
             }
@@ -218,7 +258,9 @@ impl KernelErrorReport {
         let x1 = x1.max(x0 + 1.0);
         let px = |x: f64| m + (x - x0) / (x1 - x0) * (w - 2.0 * m);
         let py = |y: f64| h - m - (y - y0) / (y1 - y0) * (h - 2.0 * m);
-        let colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf"];
+        let colors = [
+            "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf",
+        ];
         let mut s = format!(
             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
              <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
@@ -227,8 +269,18 @@ impl KernelErrorReport {
             self.rows,
             self.seeds
         );
-        let _ = writeln!(s, "<line x1=\"{m}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>", h - m, w - m, h - m);
-        let _ = writeln!(s, "<line x1=\"{m}\" y1=\"{m}\" x2=\"{m}\" y2=\"{}\" stroke=\"black\"/>", h - m);
+        let _ = writeln!(
+            s,
+            "<line x1=\"{m}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>",
+            h - m,
+            w - m,
+            h - m
+        );
+        let _ = writeln!(
+            s,
+            "<line x1=\"{m}\" y1=\"{m}\" x2=\"{m}\" y2=\"{}\" stroke=\"black\"/>",
+            h - m
+        );
         let mut xt = x0.ceil() as i64;
         while (xt as f64) <= x1 {
             let _ = writeln!(
@@ -242,10 +294,20 @@ impl KernelErrorReport {
         }
         let mut yt = y0 as i64;
         while (yt as f64) <= y1 {
-            let _ = writeln!(s, "<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">1e{yt}</text>", m - 6.0, py(yt as f64) + 4.0);
+            let _ = writeln!(
+                s,
+                "<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">1e{yt}</text>",
+                m - 6.0,
+                py(yt as f64) + 4.0
+            );
             yt += 1;
         }
-        let _ = writeln!(s, "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">output dimension D</text>", w / 2.0, h - 15.0);
+        let _ = writeln!(
+            s,
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">output dimension D</text>",
+            w / 2.0,
+            h - 15.0
+        );
         let _ = writeln!(
             s,
             "<text x=\"15\" y=\"{}\" transform=\"rotate(-90 15 {})\" text-anchor=\"middle\">NRMS ‖K̂−K‖/‖K‖</text>",
@@ -259,14 +321,28 @@ impl KernelErrorReport {
             let line: Vec<String> = pts
                 .iter()
                 .filter(|e| e.stage == *st)
-                .map(|e| format!("{:.1},{:.1}", px((e.dim as f64).log2()), py(e.nrms_mean.log10())))
+                .map(|e| {
+                    format!(
+                        "{:.1},{:.1}",
+                        px((e.dim as f64).log2()),
+                        py(e.nrms_mean.log10())
+                    )
+                })
                 .collect();
-            let _ = writeln!(s, "<polyline fill=\"none\" stroke=\"{c}\" stroke-width=\"2\" points=\"{}\"/>", line.join(" "));
+            let _ = writeln!(
+                s,
+                "<polyline fill=\"none\" stroke=\"{c}\" stroke-width=\"2\" points=\"{}\"/>",
+                line.join(" ")
+            );
             for p in &line {
                 let (a, b) = p.split_once(',').unwrap_or(("0", "0"));
                 let _ = writeln!(s, "<circle cx=\"{a}\" cy=\"{b}\" r=\"3\" fill=\"{c}\"/>");
             }
-            let name = pts.iter().find(|e| e.stage == *st).map(|e| kind_name(&e.spec)).unwrap_or_default();
+            let name = pts
+                .iter()
+                .find(|e| e.stage == *st)
+                .map(|e| kind_name(&e.spec))
+                .unwrap_or_default();
             let _ = writeln!(
                 s,
                 "<text x=\"{}\" y=\"{}\" fill=\"{c}\">stage {st}: {name}</text>",
