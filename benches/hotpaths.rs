@@ -13,10 +13,7 @@ use sketchfit::sketch::{build_map, FeatureMap, StageSpec};
 use sketchfit::stats::TriGram;
 
 fn env(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
 fn best_of<F: FnMut()>(reps: usize, mut f: F) -> f64 {
@@ -39,14 +36,8 @@ fn main() {
 
     println!("## Gram update, f64, B = {rows} rows, D = {dim}");
     let mut full = Array2::<f64>::zeros((dim, dim));
-    let t_gemm = best_of(2, || {
-        ndarray::linalg::general_mat_mul(1.0, &z.t(), &z, 1.0, &mut full)
-    });
-    println!(
-        "full GEMM ZᵀZ (1 thread)        {:8.3} s  {:6.1} GFLOP/s",
-        t_gemm,
-        flops / t_gemm / 1e9
-    );
+    let t_gemm = best_of(2, || ndarray::linalg::general_mat_mul(1.0, &z.t(), &z, 1.0, &mut full));
+    println!("full GEMM ZᵀZ (1 thread)        {:8.3} s  {:6.1} GFLOP/s", t_gemm, flops / t_gemm / 1e9);
     let mut tri = TriGram::zeros(dim);
     let t1 = best_of(2, || tri.syrk(z.view(), 1));
     println!(
@@ -68,74 +59,34 @@ fn main() {
     let x: Vec<f32> = (0..rows * d).map(|_| r.uniform() as f32).collect();
     for &dim in &[4096usize, 16384] {
         for p in [2u32, 3] {
-            let ts = TensorSketch::draw(
-                PolyKernel {
-                    degree: p,
-                    gamma: 1.0,
-                    offset: 1.0,
-                },
-                d,
-                dim,
-                &mut StageRng::new(2, 0),
-            );
+            let ts =
+                TensorSketch::draw(PolyKernel { degree: p, gamma: 1.0, offset: 1.0 }, d, dim, &mut StageRng::new(2, 0));
             let mut out = vec![0f32; rows * dim];
             let t = best_of(2, || ts.map(&x, rows, &mut out));
             println!("p = {p}, D = {dim:6}: {:10.0} rows/s", rows as f64 / t);
         }
     }
 
-    println!(
-        "\n## Dot-product maps, d = 784, polynomial (⟨x,y⟩+1)^3, {} rows per call, 1 thread",
-        MAP_ROWS
-    );
-    let x: Vec<f32> = (0..MAP_ROWS * d)
-        .map(|_| r.uniform() as f32 / 28.0)
-        .collect();
+    println!("\n## Dot-product maps, d = 784, polynomial (⟨x,y⟩+1)^3, {} rows per call, 1 thread", MAP_ROWS);
+    let x: Vec<f32> = (0..MAP_ROWS * d).map(|_| r.uniform() as f32 / 28.0).collect();
     let stage = |toml: &str| -> StageSpec {
         let t: toml::Table = toml.parse().expect("stage toml");
         StageSpec::from_toml(&t, "bench", "stage").expect("stage spec")
     };
     let maps = [
-        (
-            "tensor_sketch D=4096",
-            "kind='tensor_sketch'\ndegree=3\noffset=1.0\ndim=4096",
-        ),
-        (
-            "tensor_sketch D=16384",
-            "kind='tensor_sketch'\ndegree=3\noffset=1.0\ndim=16384",
-        ),
-        (
-            "random_maclaurin D=4096",
-            "kind='random_maclaurin'\ndegree=3\noffset=1.0\ndim=4096",
-        ),
-        (
-            "random_maclaurin D=16384",
-            "kind='random_maclaurin'\ndegree=3\noffset=1.0\ndim=16384",
-        ),
-        (
-            "random_maclaurin hadamard D=4096",
-            "kind='random_maclaurin'\ndegree=3\noffset=1.0\ndim=4096\nhadamard=true",
-        ),
+        ("tensor_sketch D=4096", "kind='tensor_sketch'\ndegree=3\noffset=1.0\ndim=4096"),
+        ("tensor_sketch D=16384", "kind='tensor_sketch'\ndegree=3\noffset=1.0\ndim=16384"),
+        ("random_maclaurin D=4096", "kind='random_maclaurin'\ndegree=3\noffset=1.0\ndim=4096"),
+        ("random_maclaurin D=16384", "kind='random_maclaurin'\ndegree=3\noffset=1.0\ndim=16384"),
+        ("random_maclaurin hadamard D=4096", "kind='random_maclaurin'\ndegree=3\noffset=1.0\ndim=4096\nhadamard=true"),
         (
             "random_maclaurin hadamard D=16384",
             "kind='random_maclaurin'\ndegree=3\noffset=1.0\ndim=16384\nhadamard=true",
         ),
-        (
-            "recursive_tensor_sketch D=4096",
-            "kind='recursive_tensor_sketch'\ndegree=3\noffset=1.0\ndim=4096",
-        ),
-        (
-            "recursive_tensor_sketch D=16384",
-            "kind='recursive_tensor_sketch'\ndegree=3\noffset=1.0\ndim=16384",
-        ),
-        (
-            "craftmaps RM 16384 -> 4096",
-            "kind='craftmaps'\ndegree=3\noffset=1.0\ndim=4096\nup_dim=16384",
-        ),
-        (
-            "craftmaps RM 65536 -> 4096",
-            "kind='craftmaps'\ndegree=3\noffset=1.0\ndim=4096\nup_dim=65536",
-        ),
+        ("recursive_tensor_sketch D=4096", "kind='recursive_tensor_sketch'\ndegree=3\noffset=1.0\ndim=4096"),
+        ("recursive_tensor_sketch D=16384", "kind='recursive_tensor_sketch'\ndegree=3\noffset=1.0\ndim=16384"),
+        ("craftmaps RM 16384 -> 4096", "kind='craftmaps'\ndegree=3\noffset=1.0\ndim=4096\nup_dim=16384"),
+        ("craftmaps RM 65536 -> 4096", "kind='craftmaps'\ndegree=3\noffset=1.0\ndim=4096\nup_dim=65536"),
         (
             "craftmaps RM-hadamard 65536 -> 4096",
             "kind='craftmaps'\ndegree=3\noffset=1.0\ndim=4096\nup_dim=65536\nhadamard=true",
@@ -152,9 +103,7 @@ fn main() {
         println!("{name:38} {:10.0} rows/s", MAP_ROWS as f64 / t);
     }
 
-    println!(
-        "\n## FWHT, f32, in place, per transform, next to one read+write pass over the same buffer"
-    );
+    println!("\n## FWHT, f32, in place, per transform, next to one read+write pass over the same buffer");
     for log in [12u32, 16, 20] {
         let n = 1usize << log;
         let mut v: Vec<f32> = (0..n).map(|_| r.uniform() as f32).collect();

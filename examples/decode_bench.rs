@@ -13,20 +13,16 @@ fn main() {
     let path = PathBuf::from(std::env::args().nth(1).expect("FILE.parquet"));
     let t = Instant::now();
     let mut rows = 0usize;
-    let reader =
-        ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&path).expect("open"))
-            .expect("parquet")
-            .with_batch_size(8192)
-            .build()
-            .expect("reader");
+    let reader = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&path).expect("open"))
+        .expect("parquet")
+        .with_batch_size(8192)
+        .build()
+        .expect("reader");
     for b in reader {
         rows += b.expect("batch").num_rows();
     }
     let t_decode = t.elapsed().as_secs_f64();
-    println!(
-        "decode only           {:10.0} rows/s",
-        rows as f64 / t_decode
-    );
+    println!("decode only           {:10.0} rows/s", rows as f64 / t_decode);
 
     let spec = ColumnSpec {
         features: FeatureColumns::Columns(vec!["px*".into()]),

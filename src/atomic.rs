@@ -19,16 +19,9 @@ impl AtomicFile {
     /// Starts writing `target` (its directory must exist).
     pub fn create(target: &Path) -> Result<AtomicFile> {
         let name = target.file_name().ok_or_else(|| {
-            Error::config(
-                "command line",
-                "output",
-                format!("'{}' is not a file name", target.display()),
-            )
+            Error::config("command line", "output", format!("'{}' is not a file name", target.display()))
         })?;
-        let dir = target
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
+        let dir = target.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         if !dir.is_dir() {
             return Err(Error::config(
                 "command line",
@@ -36,17 +29,9 @@ impl AtomicFile {
                 format!("directory '{}' does not exist", dir.display()),
             ));
         }
-        let tmp = dir.join(format!(
-            ".{}.tmp-{}",
-            name.to_string_lossy(),
-            std::process::id()
-        ));
+        let tmp = dir.join(format!(".{}.tmp-{}", name.to_string_lossy(), std::process::id()));
         let file = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
-        Ok(AtomicFile {
-            tmp,
-            target: target.to_path_buf(),
-            file: Some(file),
-        })
+        Ok(AtomicFile { tmp, target: target.to_path_buf(), file: Some(file) })
     }
 
     /// The open temporary file.

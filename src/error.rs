@@ -19,10 +19,7 @@ pub struct Location {
 impl Location {
     /// A location in `file`.
     pub fn file(file: impl Into<PathBuf>) -> Self {
-        Location {
-            file: Some(file.into()),
-            ..Location::default()
-        }
+        Location { file: Some(file.into()), ..Location::default() }
     }
     /// The same location, in row group `rg`.
     pub fn row_group(mut self, rg: usize) -> Self {
@@ -129,30 +126,16 @@ pub enum Error {
 
 impl Error {
     /// A configuration error.
-    pub fn config(
-        file: impl Into<String>,
-        key: impl Into<String>,
-        message: impl Into<String>,
-    ) -> Self {
-        Error::Config {
-            file: file.into(),
-            key: key.into(),
-            message: message.into(),
-        }
+    pub fn config(file: impl Into<String>, key: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::Config { file: file.into(), key: key.into(), message: message.into() }
     }
     /// A data error at `location`.
     pub fn data(location: Location, message: impl Into<String>) -> Self {
-        Error::Data {
-            location,
-            message: message.into(),
-        }
+        Error::Data { location, message: message.into() }
     }
     /// An I/O error on `path`.
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        Error::Io {
-            path: path.into(),
-            source,
-        }
+        Error::Io { path: path.into(), source }
     }
     /// True when the fault is in what the user gave (exit code 2).
     pub fn is_user_error(&self) -> bool {

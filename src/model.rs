@@ -93,10 +93,7 @@ fn f64_bytes(v: &[f64]) -> Vec<u8> {
 }
 
 fn f64_from(bytes: &[u8]) -> Vec<f64> {
-    bytes
-        .chunks_exact(8)
-        .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")))
-        .collect()
+    bytes.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes"))).collect()
 }
 
 impl Model {
@@ -111,9 +108,7 @@ impl Model {
         const BLOCK: usize = 1024;
         for start in (0..rows).step_by(BLOCK) {
             let nb = BLOCK.min(rows - start);
-            let zb = ndarray::Array2::from_shape_fn((nb, dim), |(r, i)| {
-                f64::from(z[(start + r) * dim + i])
-            });
+            let zb = ndarray::Array2::from_shape_fn((nb, dim), |(r, i)| f64::from(z[(start + r) * dim + i]));
             let s = zb.dot(&w);
             for r in 0..nb {
                 for k in 0..c {
@@ -148,41 +143,17 @@ impl Model {
     fn arrays(&self) -> Vec<(String, Dtype, Vec<usize>, Vec<u8>)> {
         let (dim, c) = (self.header.dim, self.header.outputs);
         let mut out = vec![
-            (
-                "weights".to_string(),
-                Dtype::F64,
-                vec![dim, c],
-                f64_bytes(&self.weights),
-            ),
-            (
-                "bias".to_string(),
-                Dtype::F64,
-                vec![c],
-                f64_bytes(&self.bias),
-            ),
-            (
-                "mean".to_string(),
-                Dtype::F64,
-                vec![dim],
-                f64_bytes(&self.mean),
-            ),
-            (
-                "eigenvalues".to_string(),
-                Dtype::F64,
-                vec![self.eigenvalues.len()],
-                f64_bytes(&self.eigenvalues),
-            ),
+            ("weights".to_string(), Dtype::F64, vec![dim, c], f64_bytes(&self.weights)),
+            ("bias".to_string(), Dtype::F64, vec![c], f64_bytes(&self.bias)),
+            ("mean".to_string(), Dtype::F64, vec![dim], f64_bytes(&self.mean)),
+            ("eigenvalues".to_string(), Dtype::F64, vec![self.eigenvalues.len()], f64_bytes(&self.eigenvalues)),
         ];
         for (i, stage) in self.pipeline.stages().iter().enumerate() {
             for p in stage.params() {
                 let (dtype, bytes) = match &p.data {
-                    ParamData::U32(v) => {
-                        (Dtype::U32, v.iter().flat_map(|x| x.to_le_bytes()).collect())
-                    }
+                    ParamData::U32(v) => (Dtype::U32, v.iter().flat_map(|x| x.to_le_bytes()).collect()),
                     ParamData::I8(v) => (Dtype::I8, v.iter().map(|&x| x as u8).collect()),
-                    ParamData::F32(v) => {
-                        (Dtype::F32, v.iter().flat_map(|x| x.to_le_bytes()).collect())
-                    }
+                    ParamData::F32(v) => (Dtype::F32, v.iter().flat_map(|x| x.to_le_bytes()).collect()),
                 };
                 out.push((format!("stage{i}.{}", p.name), dtype, p.shape, bytes));
             }
@@ -200,18 +171,14 @@ impl Model {
         }
         let mut header = self.header.clone();
         header.checksum = format!("{hash:016x}");
-        let json = serde_json::to_string(&header)
-            .map_err(|e| Error::Numerical(format!("model header: {e}")))?;
+        let json = serde_json::to_string(&header).map_err(|e| Error::Numerical(format!("model header: {e}")))?;
         let views = arrays
             .iter()
-            .map(|(name, dtype, shape, bytes)| {
-                TensorView::new(*dtype, shape.clone(), bytes).map(|v| (name.clone(), v))
-            })
+            .map(|(name, dtype, shape, bytes)| TensorView::new(*dtype, shape.clone(), bytes).map(|v| (name.clone(), v)))
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(|e| Error::Numerical(format!("model arrays: {e}")))?;
         let meta = HashMap::from([("sketchfit".to_string(), json)]);
-        safetensors::serialize(views, Some(meta))
-            .map_err(|e| Error::Numerical(format!("model file: {e}")))
+        safetensors::serialize(views, Some(meta)).map_err(|e| Error::Numerical(format!("model file: {e}")))
     }
 
     /// Saves atomically (temporary name, then rename).
@@ -223,32 +190,20 @@ impl Model {
     pub fn load(path: &Path) -> Result<Model> {
         let bytes = std::fs::read(path).map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
-                Error::BadModel {
-                    path: path.into(),
-                    message: "model file not found".into(),
-                }
+                Error::BadModel { path: path.into(), message: "model file not found".into() }
             } else {
                 Error::io(path, e)
             }
         })?;
-        Self::from_bytes(&bytes).map_err(|message| Error::BadModel {
-            path: path.into(),
-            message,
-        })
+        Self::from_bytes(&bytes).map_err(|message| Error::BadModel { path: path.into(), message })
     }
 
     /// Parses a model file's bytes.
     pub fn from_bytes(bytes: &[u8]) -> std::result::Result<Model, String> {
         let not_ours = "not a sketchfit model file (no sketchfit header)";
-        let (_, meta) = SafeTensors::read_metadata(bytes)
-            .map_err(|e| format!("not a safetensors file: {e}"))?;
-        let json = meta
-            .metadata()
-            .as_ref()
-            .and_then(|m| m.get("sketchfit"))
-            .ok_or(not_ours)?;
-        let header: ModelHeader =
-            serde_json::from_str(json).map_err(|e| format!("bad model header: {e}"))?;
+        let (_, meta) = SafeTensors::read_metadata(bytes).map_err(|e| format!("not a safetensors file: {e}"))?;
+        let json = meta.metadata().as_ref().and_then(|m| m.get("sketchfit")).ok_or(not_ours)?;
+        let header: ModelHeader = serde_json::from_str(json).map_err(|e| format!("bad model header: {e}"))?;
         if header.format != FORMAT_NAME {
             return Err(not_ours.into());
         }
@@ -271,9 +226,7 @@ impl Model {
         }
         let (dim, c, d) = (header.dim, header.outputs, header.features.dim);
         let get_f64 = |name: &str, len: usize| -> std::result::Result<Vec<f64>, String> {
-            let t = st
-                .tensor(name)
-                .map_err(|_| format!("missing array '{name}'"))?;
+            let t = st.tensor(name).map_err(|_| format!("missing array '{name}'"))?;
             if t.dtype() != Dtype::F64 || t.shape().iter().product::<usize>() != len {
                 return Err(format!("array '{name}' has the wrong type or shape"));
             }
@@ -282,10 +235,7 @@ impl Model {
         let weights = get_f64("weights", dim * c)?;
         let bias = get_f64("bias", c)?;
         let mean = get_f64("mean", dim)?;
-        let ev_len = st
-            .tensor("eigenvalues")
-            .map(|t| t.shape().iter().product())
-            .unwrap_or(0);
+        let ev_len = st.tensor("eigenvalues").map(|t| t.shape().iter().product()).unwrap_or(0);
         let eigenvalues = get_f64("eigenvalues", ev_len)?;
         let mut stages = Vec::new();
         for (i, spec) in header.stages.iter().enumerate() {
@@ -295,52 +245,27 @@ impl Model {
                 let t = st.tensor(n).map_err(|e| e.to_string())?;
                 let data = match t.dtype() {
                     Dtype::U32 => ParamData::U32(
-                        t.data()
-                            .chunks_exact(4)
-                            .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
-                            .collect(),
+                        t.data().chunks_exact(4).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes"))).collect(),
                     ),
                     Dtype::I8 => ParamData::I8(t.data().iter().map(|&b| b as i8).collect()),
                     Dtype::F32 => ParamData::F32(
-                        t.data()
-                            .chunks_exact(4)
-                            .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
-                            .collect(),
+                        t.data().chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes"))).collect(),
                     ),
                     other => return Err(format!("array '{n}' has unsupported type {other:?}")),
                 };
-                params.push(ParamArray {
-                    name: n[prefix.len()..].to_string(),
-                    shape: t.shape().to_vec(),
-                    data,
-                });
+                params.push(ParamArray { name: n[prefix.len()..].to_string(), shape: t.shape().to_vec(), data });
             }
-            stages
-                .push(Stage::from_params(spec, d, &params).map_err(|e| format!("stage {i}: {e}"))?);
+            stages.push(Stage::from_params(spec, d, &params).map_err(|e| format!("stage {i}: {e}"))?);
         }
         let pipeline = FeaturePipeline::from_stages(stages, d);
         if pipeline.output_dim() != dim {
-            return Err(format!(
-                "stages give {} features but the weights have {dim}",
-                pipeline.output_dim()
-            ));
+            return Err(format!("stages give {} features but the weights have {dim}", pipeline.output_dim()));
         }
-        Ok(Model {
-            header,
-            pipeline,
-            weights,
-            bias,
-            mean,
-            eigenvalues,
-        })
+        Ok(Model { header, pipeline, weights, bias, mean, eigenvalues })
     }
 }
 
 /// Builds a header (used by training).
 pub(crate) fn header_base() -> (String, u32, String) {
-    (
-        FORMAT_NAME.into(),
-        FORMAT_VERSION,
-        env!("CARGO_PKG_VERSION").into(),
-    )
+    (FORMAT_NAME.into(), FORMAT_VERSION, env!("CARGO_PKG_VERSION").into())
 }

@@ -127,18 +127,8 @@ impl Pca {
                 ));
             }
         }
-        let basis = (0..dim)
-            .flat_map(|i| vectors[i * dim..i * dim + e_eff].to_vec())
-            .collect();
-        Ok(Pca {
-            eigenvalues: values,
-            tau,
-            e_eff,
-            e_requested,
-            basis,
-            all_vectors: vectors,
-            warnings,
-        })
+        let basis = (0..dim).flat_map(|i| vectors[i * dim..i * dim + e_eff].to_vec()).collect();
+        Ok(Pca { eigenvalues: values, tau, e_eff, e_requested, basis, all_vectors: vectors, warnings })
     }
 }
 
@@ -214,11 +204,7 @@ impl RotatedProblem {
     pub fn new(pca: &Pca, labeled: &Centered, same_rows: bool, use_pca: bool) -> Result<Self> {
         let dim = labeled.mean.len();
         let c = labeled.cyy.len();
-        let (ubar, e) = if use_pca {
-            (&pca.basis, pca.e_eff)
-        } else {
-            (&pca.all_vectors, dim)
-        };
+        let (ubar, e) = if use_pca { (&pca.basis, pca.e_eff) } else { (&pca.all_vectors, dim) };
         let r = at_b(ubar, &labeled.czy, dim, e, c);
         if same_rows {
             return Ok(RotatedProblem {
@@ -235,29 +221,13 @@ impl RotatedProblem {
         let s = at_b(ubar, &cu, dim, e, e);
         let (mut sigma, v) = eigh_desc(&s, e)?;
         sigma.iter_mut().for_each(|x| *x = x.max(0.0));
-        Ok(RotatedProblem {
-            basis: a_b(ubar, &v, dim, e, e),
-            k: e,
-            sigma,
-            rt: at_b(&v, &r, e, e, c),
-            c,
-            tau: pca.tau,
-        })
+        Ok(RotatedProblem { basis: a_b(ubar, &v, dim, e, e), k: e, sigma, rt: at_b(&v, &r, e, e, c), c, tau: pca.tau })
     }
 
     /// The λ grid `σ̄·10^{-8+i/4}`.
     pub fn grid(&self) -> (f64, Vec<f64>) {
-        let sigma_bar = if self.k == 0 {
-            0.0
-        } else {
-            self.sigma.iter().sum::<f64>() / self.k as f64
-        };
-        (
-            sigma_bar,
-            (0..=40)
-                .map(|i| sigma_bar * 10f64.powf(-8.0 + i as f64 / 4.0))
-                .collect(),
-        )
+        let sigma_bar = if self.k == 0 { 0.0 } else { self.sigma.iter().sum::<f64>() / self.k as f64 };
+        (sigma_bar, (0..=40).map(|i| sigma_bar * 10f64.powf(-8.0 + i as f64 / 4.0)).collect())
     }
 
     /// GCV scores over the grid (stable form) for `n` labeled rows with `c_yy`.
@@ -268,10 +238,8 @@ impl RotatedProblem {
         let keep: Vec<bool> = self.sigma.iter().map(|&s| s > self.tau).collect();
         let lsq: Vec<f64> = (0..c)
             .map(|k| {
-                let fit: f64 = (0..self.k)
-                    .filter(|&j| keep[j])
-                    .map(|j| self.rt[j * c + k].powi(2) / self.sigma[j])
-                    .sum();
+                let fit: f64 =
+                    (0..self.k).filter(|&j| keep[j]).map(|j| self.rt[j * c + k].powi(2) / self.sigma[j]).sum();
                 (cyy[k] - fit).max(0.0)
             })
             .collect();
@@ -280,12 +248,7 @@ impl RotatedProblem {
         let mut shared = Vec::new();
         let mut per_output = Vec::new();
         for &lam in &grid {
-            let dfl = 1.0
-                + self
-                    .sigma
-                    .iter()
-                    .map(|&s| if s + lam > 0.0 { s / (s + lam) } else { 0.0 })
-                    .sum::<f64>();
+            let dfl = 1.0 + self.sigma.iter().map(|&s| if s + lam > 0.0 { s / (s + lam) } else { 0.0 }).sum::<f64>();
             let r: Vec<f64> = (0..c)
                 .map(|k| {
                     lsq[k]
@@ -322,16 +285,7 @@ impl RotatedProblem {
         };
         let chosen_shared = argmin(&|i| shared[i]);
         let chosen_per_output = (0..c).map(|k| argmin(&|i| per_output[i][k])).collect();
-        GcvCurve {
-            sigma_bar,
-            grid,
-            df,
-            rss,
-            shared,
-            per_output,
-            chosen_shared,
-            chosen_per_output,
-        }
+        GcvCurve { sigma_bar, grid, df, rss, shared, per_output, chosen_shared, chosen_per_output }
     }
 
     /// Coefficients in the rotated basis for per-output λ (`k × c`); λ = 0 uses the
@@ -361,12 +315,7 @@ impl RotatedProblem {
         let dim = labeled.mean.len();
         let weights = a_b(&self.basis, w, dim, self.k, self.c);
         let bias = (0..self.c)
-            .map(|k| {
-                labeled.ymean[k]
-                    - (0..dim)
-                        .map(|i| weights[i * self.c + k] * labeled.mean[i])
-                        .sum::<f64>()
-            })
+            .map(|k| labeled.ymean[k] - (0..dim).map(|i| weights[i * self.c + k] * labeled.mean[i]).sum::<f64>())
             .collect();
         (weights, bias)
     }
@@ -379,11 +328,7 @@ impl RotatedProblem {
             LambdaChoice::Gcv { per_output } => {
                 let curve = self.gcv(labeled.n, &labeled.cyy);
                 let l = if *per_output {
-                    curve
-                        .chosen_per_output
-                        .iter()
-                        .map(|&i| curve.grid[i])
-                        .collect()
+                    curve.chosen_per_output.iter().map(|&i| curve.grid[i]).collect()
                 } else {
                     vec![curve.grid[curve.chosen_shared]; c]
                 };
@@ -392,11 +337,6 @@ impl RotatedProblem {
         };
         let w = self.coefficients(&lambdas);
         let (weights, bias) = self.fold(&w, labeled);
-        RidgeFit {
-            weights,
-            bias,
-            lambdas,
-            gcv,
-        }
+        RidgeFit { weights, bias, lambdas, gcv }
     }
 }

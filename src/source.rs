@@ -14,9 +14,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::{Float32Type, Float64Type, Int64Type};
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema};
-use parquet::arrow::arrow_reader::{
-    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
-};
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder};
 use parquet::arrow::ProjectionMask;
 use serde::{Deserialize, Serialize};
 
@@ -97,9 +95,7 @@ impl Classes {
                     .iter()
                     .enumerate()
                     .map(|(r, v)| {
-                        set.binary_search(v)
-                            .map(|k| k as u32)
-                            .map_err(|_| unknown_label(&v.to_string(), self, loc, r))
+                        set.binary_search(v).map(|k| k as u32).map_err(|_| unknown_label(&v.to_string(), self, loc, r))
                     })
                     .collect()
             }
@@ -121,9 +117,7 @@ impl Classes {
 }
 
 fn unknown_label(v: &str, classes: &Classes, loc: &Location, row: usize) -> Error {
-    let shown: Vec<String> = (0..classes.len().min(20))
-        .map(|k| classes.name(k))
-        .collect();
+    let shown: Vec<String> = (0..classes.len().min(20)).map(|k| classes.name(k)).collect();
     Error::data(
         loc.clone().row(row),
         format!(
@@ -194,17 +188,10 @@ pub fn expand_paths(patterns: &[PathBuf]) -> Result<Vec<PathBuf>> {
     for p in patterns {
         let s = p.to_string_lossy();
         if is_glob(&s) {
-            let paths = glob::glob(&s)
-                .map_err(|e| Error::config("input", s.to_string(), format!("bad glob: {e}")))?;
-            let mut matched: Vec<PathBuf> = paths
-                .filter_map(std::result::Result::ok)
-                .filter(|p| p.is_file())
-                .collect();
+            let paths = glob::glob(&s).map_err(|e| Error::config("input", s.to_string(), format!("bad glob: {e}")))?;
+            let mut matched: Vec<PathBuf> = paths.filter_map(std::result::Result::ok).filter(|p| p.is_file()).collect();
             if matched.is_empty() {
-                return Err(Error::data(
-                    Location::file(p),
-                    "no file matches this pattern",
-                ));
+                return Err(Error::data(Location::file(p), "no file matches this pattern"));
             }
             matched.sort();
             out.extend(matched);
@@ -220,17 +207,8 @@ fn is_numeric(t: &DataType) -> bool {
 }
 
 fn describe_columns(schema: &Schema) -> String {
-    let names: Vec<&str> = schema
-        .fields()
-        .iter()
-        .take(12)
-        .map(|f| f.name().as_str())
-        .collect();
-    let more = if schema.fields().len() > 12 {
-        ", …"
-    } else {
-        ""
-    };
+    let names: Vec<&str> = schema.fields().iter().take(12).map(|f| f.name().as_str()).collect();
+    let more = if schema.fields().len() > 12 { ", …" } else { "" };
     format!("{}{more}", names.join(", "))
 }
 
@@ -242,16 +220,9 @@ fn open_file(path: &Path) -> Result<InputFile> {
             Error::io(path, e)
         }
     })?;
-    let meta = ArrowReaderMetadata::load(&file, ArrowReaderOptions::new()).map_err(|source| {
-        Error::Parquet {
-            location: Location::file(path),
-            source,
-        }
-    })?;
-    Ok(InputFile {
-        path: path.to_path_buf(),
-        meta,
-    })
+    let meta = ArrowReaderMetadata::load(&file, ArrowReaderOptions::new())
+        .map_err(|source| Error::Parquet { location: Location::file(path), source })?;
+    Ok(InputFile { path: path.to_path_buf(), meta })
 }
 
 impl InputFile {
@@ -265,19 +236,10 @@ impl InputFile {
     }
     /// Row counts per row group.
     pub fn row_groups(&self) -> Vec<usize> {
-        self.meta
-            .metadata()
-            .row_groups()
-            .iter()
-            .map(|rg| rg.num_rows().max(0) as usize)
-            .collect()
+        self.meta.metadata().row_groups().iter().map(|rg| rg.num_rows().max(0) as usize).collect()
     }
     fn field(&self, name: &str) -> Option<&Field> {
-        self.schema()
-            .fields()
-            .iter()
-            .find(|f| f.name() == name)
-            .map(|f| f.as_ref())
+        self.schema().fields().iter().find(|f| f.name() == name).map(|f| f.as_ref())
     }
 }
 
@@ -289,25 +251,15 @@ impl Dataset {
         if paths.is_empty() {
             return Err(Error::config("input", "files", "no input files given"));
         }
-        let files = paths
-            .iter()
-            .map(|p| open_file(p))
-            .collect::<Result<Vec<_>>>()?;
+        let files = paths.iter().map(|p| open_file(p)).collect::<Result<Vec<_>>>()?;
         for f in &files {
             if f.rows() == 0 {
-                return Err(Error::data(
-                    Location::file(&f.path),
-                    "the file has no rows; remove it from the inputs",
-                ));
+                return Err(Error::data(Location::file(&f.path), "the file has no rows; remove it from the inputs"));
             }
         }
         let first = &files[0];
         let features = resolve_features(first, &spec)?;
-        let mut checked: Vec<(String, &str)> = features
-            .columns
-            .iter()
-            .map(|c| (c.clone(), "feature"))
-            .collect();
+        let mut checked: Vec<(String, &str)> = features.columns.iter().map(|c| (c.clone(), "feature")).collect();
         if let Some(l) = &spec.label {
             checked.push((l.clone(), "label"));
         }
@@ -317,18 +269,12 @@ impl Dataset {
             let field = first.field(name).ok_or_else(|| {
                 Error::data(
                     Location::file(&first.path).column(name.clone()),
-                    format!(
-                        "{role} column not found; the file has columns {}",
-                        describe_columns(first.schema())
-                    ),
+                    format!("{role} column not found; the file has columns {}", describe_columns(first.schema())),
                 )
             })?;
             let t = field.data_type();
             let ok = match *role {
-                "label" => {
-                    t.is_integer()
-                        || matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
-                }
+                "label" => t.is_integer() || matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View),
                 "target" => is_numeric(t),
                 _ => true,
             };
@@ -371,11 +317,7 @@ impl Dataset {
                 }
             }
         }
-        Ok(Dataset {
-            files,
-            spec,
-            features,
-        })
+        Ok(Dataset { files, spec, features })
     }
 
     /// Every (file, row group) in order.
@@ -384,14 +326,7 @@ impl Dataset {
             .iter()
             .enumerate()
             .flat_map(|(fi, f)| {
-                f.row_groups()
-                    .into_iter()
-                    .enumerate()
-                    .map(move |(rg, rows)| Unit {
-                        file: fi,
-                        row_group: rg,
-                        rows,
-                    })
+                f.row_groups().into_iter().enumerate().map(move |(rg, rows)| Unit { file: fi, row_group: rg, rows })
             })
             .collect()
     }
@@ -432,25 +367,12 @@ impl Dataset {
             .with_row_groups(vec![unit.row_group])
             .with_batch_size(chunk_rows.max(1))
             .build()
-            .map_err(|source| Error::Parquet {
-                location: loc.clone(),
-                source,
-            })?;
-        Ok(reader.map(move |b| {
-            b.map_err(|e| Error::Parquet {
-                location: loc.clone(),
-                source: e.into(),
-            })
-        }))
+            .map_err(|source| Error::Parquet { location: loc.clone(), source })?;
+        Ok(reader.map(move |b| b.map_err(|e| Error::Parquet { location: loc.clone(), source: e.into() })))
     }
 
     /// Reads one unit in chunks of at most `chunk_rows` rows, calling `f` on each.
-    pub fn read_unit(
-        &self,
-        unit: Unit,
-        chunk_rows: usize,
-        f: &mut dyn FnMut(Chunk) -> Result<()>,
-    ) -> Result<()> {
+    pub fn read_unit(&self, unit: Unit, chunk_rows: usize, f: &mut dyn FnMut(Chunk) -> Result<()>) -> Result<()> {
         let mut names: Vec<&str> = self.features.columns.iter().map(String::as_str).collect();
         names.extend(self.spec.label.as_deref());
         names.extend(self.spec.targets.iter().map(String::as_str));
@@ -471,23 +393,14 @@ impl Dataset {
         let rows = batch.num_rows();
         let d = self.features.dim;
         let col = |name: &str| -> Result<&ArrayRef> {
-            batch.column_by_name(name).ok_or_else(|| {
-                Error::data(
-                    location.clone().column(name),
-                    "column missing from the row group",
-                )
-            })
+            batch
+                .column_by_name(name)
+                .ok_or_else(|| Error::data(location.clone().column(name), "column missing from the row group"))
         };
         let mut x = vec![0f32; rows * d];
         if self.features.list {
             let name = &self.features.columns[0];
-            list_to_rows(
-                col(name)?,
-                d,
-                &mut x,
-                &location.clone().column(name.clone()),
-                first_row,
-            )?;
+            list_to_rows(col(name)?, d, &mut x, &location.clone().column(name.clone()), first_row)?;
         } else {
             // Transpose in row blocks so the writes of one block stay in cache.
             let mut cols = Vec::with_capacity(d);
@@ -497,10 +410,7 @@ impl Dataset {
                 check_no_nulls_at(a.as_ref(), &loc, first_row)?;
                 cols.push(cast_to(a, &DataType::Float32, &loc)?);
             }
-            let vals: Vec<&[f32]> = cols
-                .iter()
-                .map(|c| c.as_primitive::<Float32Type>().values().as_ref())
-                .collect();
+            let vals: Vec<&[f32]> = cols.iter().map(|c| c.as_primitive::<Float32Type>().values().as_ref()).collect();
             const BLOCK: usize = 128;
             for start in (0..rows).step_by(BLOCK) {
                 let end = (start + BLOCK).min(rows);
@@ -513,14 +423,8 @@ impl Dataset {
             if let Some(pos) = x.iter().position(|v| !v.is_finite()) {
                 let (r, j) = (pos / d, pos % d);
                 return Err(Error::data(
-                    location
-                        .clone()
-                        .column(self.features.columns[j].clone())
-                        .row(first_row + r),
-                    format!(
-                        "value {} is not finite; drop or impute such rows before training",
-                        x[pos]
-                    ),
+                    location.clone().column(self.features.columns[j].clone()).row(first_row + r),
+                    format!("value {} is not finite; drop or impute such rows before training", x[pos]),
                 ));
             }
         }
@@ -533,10 +437,7 @@ impl Dataset {
             let a = cast_to(a, &DataType::Float64, &loc)?;
             for (r, &v) in a.as_primitive::<Float64Type>().values().iter().enumerate() {
                 if !v.is_finite() {
-                    return Err(Error::data(
-                        loc.row(first_row + r),
-                        format!("target {v} is not finite"),
-                    ));
+                    return Err(Error::data(loc.row(first_row + r), format!("target {v} is not finite")));
                 }
                 targets[r * c + k] = v;
             }
@@ -544,81 +445,46 @@ impl Dataset {
         let labels = match &self.spec.label {
             Some(name) => {
                 let a = col(name)?.clone();
-                check_no_nulls_at(
-                    a.as_ref(),
-                    &location.clone().column(name.clone()),
-                    first_row,
-                )?;
+                check_no_nulls_at(a.as_ref(), &location.clone().column(name.clone()), first_row)?;
                 Some(a)
             }
             None => None,
         };
-        let keep = self
-            .spec
-            .keep
-            .iter()
-            .map(|n| col(n).cloned())
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Chunk {
-            rows,
-            x,
-            targets,
-            labels,
-            keep,
-            location,
-            first_row,
-        })
+        let keep = self.spec.keep.iter().map(|n| col(n).cloned()).collect::<Result<Vec<_>>>()?;
+        Ok(Chunk { rows, x, targets, labels, keep, location, first_row })
     }
 
     /// The sorted distinct labels, from a scan of the label column alone.
     pub fn scan_classes(&self) -> Result<Classes> {
-        let name = self.spec.label.as_deref().ok_or_else(|| {
-            Error::config(
-                "pipeline",
-                "data.label",
-                "classification needs a label column",
-            )
-        })?;
-        let is_int = self.files[0]
-            .field(name)
-            .is_some_and(|f| f.data_type().is_integer());
+        let name = self
+            .spec
+            .label
+            .as_deref()
+            .ok_or_else(|| Error::config("pipeline", "data.label", "classification needs a label column"))?;
+        let is_int = self.files[0].field(name).is_some_and(|f| f.data_type().is_integer());
         let mut ints = BTreeSet::new();
         let mut strs = BTreeSet::new();
         for unit in self.units() {
             let mut first_row = 0;
             for batch in self.batches(unit, &[name], 65_536)? {
                 let batch = batch?;
-                let loc = Location::file(&self.files[unit.file].path)
-                    .row_group(unit.row_group)
-                    .column(name);
+                let loc = Location::file(&self.files[unit.file].path).row_group(unit.row_group).column(name);
                 let a = batch
                     .column_by_name(name)
                     .ok_or_else(|| Error::data(loc.clone(), "column missing from the row group"))?;
                 check_no_nulls_at(a.as_ref(), &loc, first_row)?;
                 if is_int {
                     ints.extend(
-                        cast_to(a, &DataType::Int64, &loc)?
-                            .as_primitive::<Int64Type>()
-                            .values()
-                            .iter()
-                            .copied(),
+                        cast_to(a, &DataType::Int64, &loc)?.as_primitive::<Int64Type>().values().iter().copied(),
                     );
                 } else {
                     let s = cast_to(a, &DataType::Utf8, &loc)?;
-                    strs.extend(
-                        s.as_string::<i32>()
-                            .iter()
-                            .map(|v| v.unwrap_or_default().to_string()),
-                    );
+                    strs.extend(s.as_string::<i32>().iter().map(|v| v.unwrap_or_default().to_string()));
                 }
                 first_row += batch.num_rows();
             }
         }
-        Ok(if is_int {
-            Classes::Int(ints.into_iter().collect())
-        } else {
-            Classes::Str(strs.into_iter().collect())
-        })
+        Ok(if is_int { Classes::Int(ints.into_iter().collect()) } else { Classes::Str(strs.into_iter().collect()) })
     }
 }
 
@@ -627,12 +493,7 @@ fn resolve_features(first: &InputFile, spec: &ColumnSpec) -> Result<ResolvedFeat
     match &spec.features {
         FeatureColumns::Columns(patterns) => {
             // A glob never picks up the label, target or kept columns.
-            let reserved: Vec<&String> = spec
-                .label
-                .iter()
-                .chain(&spec.targets)
-                .chain(&spec.keep)
-                .collect();
+            let reserved: Vec<&String> = spec.label.iter().chain(&spec.targets).chain(&spec.keep).collect();
             let mut columns: Vec<String> = Vec::new();
             if patterns.is_empty() {
                 columns = schema
@@ -642,20 +503,13 @@ fn resolve_features(first: &InputFile, spec: &ColumnSpec) -> Result<ResolvedFeat
                     .map(|f| f.name().clone())
                     .collect();
                 if columns.is_empty() {
-                    return Err(Error::data(
-                        Location::file(&first.path),
-                        "no numeric feature columns",
-                    ));
+                    return Err(Error::data(Location::file(&first.path), "no numeric feature columns"));
                 }
             }
             for p in patterns {
                 if is_glob(p) {
                     let pat = glob::Pattern::new(p).map_err(|e| {
-                        Error::config(
-                            "pipeline",
-                            "data.features",
-                            format!("bad column pattern '{p}': {e}"),
-                        )
+                        Error::config("pipeline", "data.features", format!("bad column pattern '{p}': {e}"))
                     })?;
                     let matched: Vec<String> = schema
                         .fields()
@@ -683,10 +537,7 @@ fn resolve_features(first: &InputFile, spec: &ColumnSpec) -> Result<ResolvedFeat
                 let f = first.field(name).ok_or_else(|| {
                     Error::data(
                         loc.clone(),
-                        format!(
-                            "feature column not found; the file has columns {}",
-                            describe_columns(schema)
-                        ),
+                        format!("feature column not found; the file has columns {}", describe_columns(schema)),
                     )
                 })?;
                 if !is_numeric(f.data_type()) {
@@ -700,21 +551,14 @@ fn resolve_features(first: &InputFile, spec: &ColumnSpec) -> Result<ResolvedFeat
                 }
             }
             let dim = columns.len();
-            Ok(ResolvedFeatures {
-                columns,
-                list: false,
-                dim,
-            })
+            Ok(ResolvedFeatures { columns, list: false, dim })
         }
         FeatureColumns::List(name) => {
             let loc = Location::file(&first.path).column(name.clone());
             let f = first.field(name).ok_or_else(|| {
                 Error::data(
                     loc.clone(),
-                    format!(
-                        "feature column not found; the file has columns {}",
-                        describe_columns(schema)
-                    ),
+                    format!("feature column not found; the file has columns {}", describe_columns(schema)),
                 )
             })?;
             let (inner, fixed) = match f.data_type() {
@@ -740,11 +584,7 @@ fn resolve_features(first: &InputFile, spec: &ColumnSpec) -> Result<ResolvedFeat
             if dim == 0 {
                 return Err(Error::data(loc, "the feature lists are empty"));
             }
-            Ok(ResolvedFeatures {
-                columns: vec![name.clone()],
-                list: true,
-                dim,
-            })
+            Ok(ResolvedFeatures { columns: vec![name.clone()], list: true, dim })
         }
     }
 }
@@ -752,28 +592,17 @@ fn resolve_features(first: &InputFile, spec: &ColumnSpec) -> Result<ResolvedFeat
 fn first_list_len(file: &InputFile, name: &str) -> Result<usize> {
     let loc = Location::file(&file.path).row_group(0).column(name);
     let handle = File::open(&file.path).map_err(|e| Error::io(&file.path, e))?;
-    let idx = file
-        .schema()
-        .fields()
-        .iter()
-        .position(|f| f.name() == name)
-        .unwrap_or(0);
+    let idx = file.schema().fields().iter().position(|f| f.name() == name).unwrap_or(0);
     let mut reader = ParquetRecordBatchReaderBuilder::new_with_metadata(handle, file.meta.clone())
         .with_projection(ProjectionMask::roots(file.meta.parquet_schema(), [idx]))
         .with_batch_size(1)
         .with_limit(1)
         .build()
-        .map_err(|source| Error::Parquet {
-            location: loc.clone(),
-            source,
-        })?;
+        .map_err(|source| Error::Parquet { location: loc.clone(), source })?;
     let batch = reader
         .next()
         .ok_or_else(|| Error::data(loc.clone(), "no rows to take the list length from"))?
-        .map_err(|e| Error::Parquet {
-            location: loc.clone(),
-            source: e.into(),
-        })?;
+        .map_err(|e| Error::Parquet { location: loc.clone(), source: e.into() })?;
     let a = batch.column(0);
     Ok(match a.data_type() {
         DataType::List(_) => a.as_list::<i32>().value_length(0) as usize,
@@ -791,10 +620,7 @@ fn check_no_nulls_at(a: &dyn Array, loc: &Location, first_row: usize) -> Result<
         let r = (0..a.len()).find(|&i| a.is_null(i)).unwrap_or(0);
         return Err(Error::data(
             loc.clone().row(first_row + r),
-            format!(
-                "{} null value(s) in this chunk; drop or fill nulls before training",
-                a.null_count()
-            ),
+            format!("{} null value(s) in this chunk; drop or fill nulls before training", a.null_count()),
         ));
     }
     Ok(())
@@ -804,58 +630,31 @@ fn cast_to(a: &ArrayRef, t: &DataType, loc: &Location) -> Result<ArrayRef> {
     if a.data_type() == t {
         return Ok(a.clone());
     }
-    arrow_cast::cast(a, t).map_err(|e| {
-        Error::data(
-            loc.clone(),
-            format!("cannot convert {} to {t}: {e}", a.data_type()),
-        )
-    })
+    arrow_cast::cast(a, t)
+        .map_err(|e| Error::data(loc.clone(), format!("cannot convert {} to {t}: {e}", a.data_type())))
 }
 
-fn list_to_rows(
-    a: &ArrayRef,
-    d: usize,
-    x: &mut [f32],
-    loc: &Location,
-    first_row: usize,
-) -> Result<()> {
+fn list_to_rows(a: &ArrayRef, d: usize, x: &mut [f32], loc: &Location, first_row: usize) -> Result<()> {
     check_no_nulls_at(a.as_ref(), loc, first_row)?;
     let (offsets, values): (Vec<usize>, ArrayRef) = match a.data_type() {
         DataType::List(_) => {
             let l = a.as_list::<i32>();
-            (
-                l.value_offsets().iter().map(|&o| o as usize).collect(),
-                l.values().clone(),
-            )
+            (l.value_offsets().iter().map(|&o| o as usize).collect(), l.values().clone())
         }
         DataType::LargeList(_) => {
             let l = a.as_list::<i64>();
-            (
-                l.value_offsets().iter().map(|&o| o as usize).collect(),
-                l.values().clone(),
-            )
+            (l.value_offsets().iter().map(|&o| o as usize).collect(), l.values().clone())
         }
         DataType::FixedSizeList(_, n) => {
             let l = a.as_fixed_size_list();
             let n = *n as usize;
             if n != d {
-                return Err(Error::data(
-                    loc.clone(),
-                    format!("lists have {n} values here but {d} in the first file"),
-                ));
+                return Err(Error::data(loc.clone(), format!("lists have {n} values here but {d} in the first file")));
             }
             let off = l.offset();
-            (
-                (0..=l.len()).map(|r| (off + r) * n).collect(),
-                l.values().clone(),
-            )
+            ((0..=l.len()).map(|r| (off + r) * n).collect(), l.values().clone())
         }
-        t => {
-            return Err(Error::data(
-                loc.clone(),
-                format!("expected a list column, found {t}"),
-            ))
-        }
+        t => return Err(Error::data(loc.clone(), format!("expected a list column, found {t}"))),
     };
     for r in 0..offsets.len() - 1 {
         let len = offsets[r + 1] - offsets[r];
@@ -872,10 +671,7 @@ fn list_to_rows(
         let i = (0..values.len()).find(|&i| values.is_null(i)).unwrap_or(0);
         return Err(Error::data(
             loc.clone().row(first_row + i / d),
-            format!(
-                "null inside the list (element {}); drop or fill nulls before training",
-                i % d
-            ),
+            format!("null inside the list (element {}); drop or fill nulls before training", i % d),
         ));
     }
     let values = cast_to(&values, &DataType::Float32, loc)?;
@@ -884,11 +680,7 @@ fn list_to_rows(
     if let Some(pos) = v.iter().position(|v| !v.is_finite()) {
         return Err(Error::data(
             loc.clone().row(first_row + pos / d),
-            format!(
-                "element {} is {}, not finite; drop or impute such rows before training",
-                pos % d,
-                v[pos]
-            ),
+            format!("element {} is {}, not finite; drop or impute such rows before training", pos % d, v[pos]),
         ));
     }
     Ok(())

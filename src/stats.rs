@@ -25,10 +25,7 @@ pub struct TriGram {
 impl TriGram {
     /// A zero matrix of side `dim`.
     pub fn zeros(dim: usize) -> Self {
-        TriGram {
-            dim,
-            data: vec![0.0; Self::len_for(dim)],
-        }
+        TriGram { dim, data: vec![0.0; Self::len_for(dim)] }
     }
 
     /// Number of f64 values stored for side `dim`.
@@ -87,8 +84,7 @@ impl TriGram {
             let (hi, hj) = (ri.len(), rj.len());
             let a = z.slice(s![.., ri]);
             let b = z.slice(s![.., rj]);
-            let mut c =
-                ArrayViewMut2::from_shape((hi, hj), block).expect("tile shape matches its storage");
+            let mut c = ArrayViewMut2::from_shape((hi, hj), block).expect("tile shape matches its storage");
             ndarray::linalg::general_mat_mul(1.0, &a.t(), &b, 1.0, &mut c);
         };
         if threads == 1 {
@@ -96,8 +92,7 @@ impl TriGram {
             return;
         }
         // Interleave tiles over threads so each gets a similar share of the big ones.
-        let mut groups: Vec<Vec<(usize, usize, &mut [f64])>> =
-            (0..threads).map(|_| Vec::new()).collect();
+        let mut groups: Vec<Vec<(usize, usize, &mut [f64])>> = (0..threads).map(|_| Vec::new()).collect();
         for (k, t) in tiles.into_iter().enumerate() {
             groups[k % threads].push(t);
         }
@@ -113,16 +108,13 @@ impl TriGram {
         debug_assert!(c <= r);
         let (i, j) = (r / TILE, c / TILE);
         let off = self.tile_offset(i, j);
-        off.map_or(0.0, |o| {
-            self.data[o + (r - i * TILE) * tile_len(self.dim, j) + (c - j * TILE)]
-        })
+        off.map_or(0.0, |o| self.data[o + (r - i * TILE) * tile_len(self.dim, j) + (c - j * TILE)])
     }
 
     fn tile_offset(&self, i: usize, j: usize) -> Option<usize> {
         let mut off = 0;
         for ii in 0..i {
-            off +=
-                tile_len(self.dim, ii) * (0..=ii).map(|jj| tile_len(self.dim, jj)).sum::<usize>();
+            off += tile_len(self.dim, ii) * (0..=ii).map(|jj| tile_len(self.dim, jj)).sum::<usize>();
         }
         off += tile_len(self.dim, i) * (0..j).map(|jj| tile_len(self.dim, jj)).sum::<usize>();
         Some(off)
@@ -155,10 +147,7 @@ impl TriGram {
 
     /// `self += other`.
     pub fn add_assign(&mut self, other: &TriGram) {
-        self.data
-            .iter_mut()
-            .zip(&other.data)
-            .for_each(|(a, b)| *a += b);
+        self.data.iter_mut().zip(&other.data).for_each(|(a, b)| *a += b);
     }
 
     /// `G += α a bᵀ + α b aᵀ` on the lower triangle (used for a change of shift).
@@ -276,10 +265,7 @@ impl GramStats {
         for start in (0..rows).step_by(ROW_BLOCK) {
             let nb = ROW_BLOCK.min(rows - start);
             let zb = &mut zc[..nb * dim];
-            for (dst, src) in zb
-                .chunks_exact_mut(dim)
-                .zip(z[start * dim..(start + nb) * dim].chunks_exact(dim))
-            {
+            for (dst, src) in zb.chunks_exact_mut(dim).zip(z[start * dim..(start + nb) * dim].chunks_exact(dim)) {
                 for ((d, &v), &m) in dst.iter_mut().zip(src).zip(&self.shift) {
                     *d = f64::from(v) - m;
                 }
@@ -314,12 +300,7 @@ impl GramStats {
         let n = self.n as f64;
         let delta: Vec<f64> = new.iter().zip(&self.shift).map(|(a, b)| a - b).collect();
         // −sδᵀ − δsᵀ + nδδᵀ = −(s − nδ/2)δᵀ − δ(s − nδ/2)ᵀ
-        let half: Vec<f64> = self
-            .s
-            .iter()
-            .zip(&delta)
-            .map(|(s, d)| s - 0.5 * n * d)
-            .collect();
+        let half: Vec<f64> = self.s.iter().zip(&delta).map(|(s, d)| s - 0.5 * n * d).collect();
         self.gram.add_sym_rank2(&half, &delta, -1.0);
         for (i, d) in delta.iter().enumerate() {
             self.s[i] -= n * d;
@@ -332,11 +313,7 @@ impl GramStats {
 
     /// Adds `other` (re-shifting a copy of it first if its shift differs).
     pub fn merge(&mut self, other: &GramStats) {
-        assert_eq!(
-            (self.dim(), self.c),
-            (other.dim(), other.c),
-            "merging statistics of different shapes"
-        );
+        assert_eq!((self.dim(), self.c), (other.dim(), other.c), "merging statistics of different shapes");
         let shifted;
         let other = if other.shift == self.shift {
             other
@@ -348,12 +325,9 @@ impl GramStats {
         };
         self.n += other.n;
         self.gram.add_assign(&other.gram);
-        for (a, b) in [
-            (&mut self.s, &other.s),
-            (&mut self.t, &other.t),
-            (&mut self.u, &other.u),
-            (&mut self.v, &other.v),
-        ] {
+        for (a, b) in
+            [(&mut self.s, &other.s), (&mut self.t, &other.t), (&mut self.u, &other.u), (&mut self.v, &other.v)]
+        {
             a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
         }
     }
@@ -372,12 +346,7 @@ impl GramStats {
             }
         }
         let inv = if n > 0.0 { 1.0 / n } else { 0.0 };
-        let mean = self
-            .shift
-            .iter()
-            .zip(&self.s)
-            .map(|(m, s)| m + s * inv)
-            .collect();
+        let mean = self.shift.iter().zip(&self.s).map(|(m, s)| m + s * inv).collect();
         let mut czy = self.t.clone();
         for i in 0..dim {
             for k in 0..c {
@@ -385,21 +354,8 @@ impl GramStats {
             }
         }
         let ymean = self.u.iter().map(|u| u * inv).collect();
-        let cyy = self
-            .v
-            .iter()
-            .zip(&self.u)
-            .map(|(v, u)| v - u * u * inv)
-            .collect();
-        Centered {
-            n: self.n,
-            mean,
-            cov,
-            czy,
-            ymean,
-            cyy,
-            max_g_diag,
-        }
+        let cyy = self.v.iter().zip(&self.u).map(|(v, u)| v - u * u * inv).collect();
+        Centered { n: self.n, mean, cov, czy, ymean, cyy, max_g_diag }
     }
 }
 
@@ -409,9 +365,7 @@ mod tests {
 
     fn data(rows: usize, dim: usize, c: usize) -> (Vec<f32>, Vec<f64>) {
         let mut r = crate::rng::StageRng::new(3, 9);
-        let z = (0..rows * dim)
-            .map(|_| (r.uniform() * 4.0 - 1.0 + 100.0) as f32)
-            .collect();
+        let z = (0..rows * dim).map(|_| (r.uniform() * 4.0 - 1.0 + 100.0) as f32).collect();
         let y = (0..rows * c).map(|_| r.uniform() - 0.5).collect();
         (z, y)
     }
@@ -421,8 +375,7 @@ mod tests {
         for r in 0..rows {
             for i in 0..dim {
                 for j in 0..dim {
-                    g[i * dim + j] +=
-                        (f64::from(z[r * dim + i]) - mu[i]) * (f64::from(z[r * dim + j]) - mu[j]);
+                    g[i * dim + j] += (f64::from(z[r * dim + i]) - mu[i]) * (f64::from(z[r * dim + j]) - mu[j]);
                 }
             }
         }
@@ -431,10 +384,7 @@ mod tests {
 
     fn max_rel(a: &[f64], b: &[f64]) -> f64 {
         let scale = b.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-        a.iter()
-            .zip(b)
-            .fold(0.0f64, |m, (x, y)| m.max((x - y).abs()))
-            / scale
+        a.iter().zip(b).fold(0.0f64, |m, (x, y)| m.max((x - y).abs())) / scale
     }
 
     #[test]
@@ -467,8 +417,7 @@ mod tests {
         let mut a = GramStats::new(vec![100.0; dim], c);
         a.add(&z[..120 * dim], &y[..120 * c], 120, 1).unwrap();
         let mut b = GramStats::new(vec![99.5; dim], c);
-        b.add(&z[120 * dim..], &y[120 * c..], rows - 120, 2)
-            .unwrap();
+        b.add(&z[120 * dim..], &y[120 * c..], rows - 120, 2).unwrap();
         a.merge(&b);
         assert_eq!(a.n, whole.n);
         assert!(max_rel(&a.gram.to_full(), &whole.gram.to_full()) < 1e-12);

@@ -49,16 +49,7 @@ fn missing_feature_column() {
     let dir = TempDir::new("missing-col");
     write_parquet(&dir.path("t.parquet"), good_columns(50), 20);
     let p = pipeline(&dir, &["t.parquet"], "features = [\"a\", \"nope\"]", "");
-    train_fails(
-        &dir,
-        &p,
-        &[
-            "t.parquet",
-            "column 'nope'",
-            "not found",
-            "the file has columns a, b, label",
-        ],
-    );
+    train_fails(&dir, &p, &["t.parquet", "column 'nope'", "not found", "the file has columns a, b, label"]);
 }
 
 #[test]
@@ -73,24 +64,10 @@ fn feature_glob_matching_nothing() {
 fn mistyped_feature_column() {
     let dir = TempDir::new("mistyped");
     let mut cols = good_columns(50);
-    cols.push((
-        "s",
-        Arc::new(StringArray::from_iter_values(
-            (0..50).map(|i| i.to_string()),
-        )),
-    ));
+    cols.push(("s", Arc::new(StringArray::from_iter_values((0..50).map(|i| i.to_string())))));
     write_parquet(&dir.path("t.parquet"), cols, 20);
     let p = pipeline(&dir, &["t.parquet"], "features = [\"a\", \"s\"]", "");
-    train_fails(
-        &dir,
-        &p,
-        &[
-            "t.parquet",
-            "column 's'",
-            "Utf8",
-            "must be integers or floats",
-        ],
-    );
+    train_fails(&dir, &p, &["t.parquet", "column 's'", "Utf8", "must be integers or floats"]);
 }
 
 #[test]
@@ -103,17 +80,7 @@ fn nan_and_infinity_name_row_group_row_and_column() {
         cols[1] = ("b", Arc::new(Float64Array::from(b)));
         write_parquet(&dir.path("t.parquet"), cols, 20);
         let p = pipeline(&dir, &["t.parquet"], "", "");
-        train_fails(
-            &dir,
-            &p,
-            &[
-                "t.parquet",
-                "row group 2",
-                "row 7",
-                "column 'b'",
-                "not finite",
-            ],
-        );
+        train_fails(&dir, &p, &["t.parquet", "row group 2", "row 7", "column 'b'", "not finite"]);
     }
 }
 
@@ -121,40 +88,22 @@ fn nan_and_infinity_name_row_group_row_and_column() {
 fn null_feature_value() {
     let dir = TempDir::new("null");
     let mut cols = good_columns(50);
-    let a: Vec<Option<f64>> = (0..50)
-        .map(|i| if i == 33 { None } else { Some(i as f64) })
-        .collect();
+    let a: Vec<Option<f64>> = (0..50).map(|i| if i == 33 { None } else { Some(i as f64) }).collect();
     cols[0] = ("a", Arc::new(Float64Array::from(a)));
     write_parquet(&dir.path("t.parquet"), cols, 20);
     let p = pipeline(&dir, &["t.parquet"], "", "");
-    train_fails(
-        &dir,
-        &p,
-        &["t.parquet", "row group 1", "row 13", "column 'a'", "null"],
-    );
+    train_fails(&dir, &p, &["t.parquet", "row group 1", "row 13", "column 'a'", "null"]);
 }
 
 #[test]
 fn null_label() {
     let dir = TempDir::new("null-label");
     let mut cols = good_columns(50);
-    let l: Vec<Option<i64>> = (0..50)
-        .map(|i| if i == 5 { None } else { Some(i % 2) })
-        .collect();
+    let l: Vec<Option<i64>> = (0..50).map(|i| if i == 5 { None } else { Some(i % 2) }).collect();
     cols[2] = ("label", Arc::new(Int64Array::from(l)));
     write_parquet(&dir.path("t.parquet"), cols, 20);
     let p = pipeline(&dir, &["t.parquet"], "", "");
-    train_fails(
-        &dir,
-        &p,
-        &[
-            "t.parquet",
-            "row group 0",
-            "row 5",
-            "column 'label'",
-            "null",
-        ],
-    );
+    train_fails(&dir, &p, &["t.parquet", "row group 0", "row 5", "column 'label'", "null"]);
 }
 
 #[test]
@@ -170,17 +119,9 @@ fn ragged_list_column() {
     }
     let list: ArrayRef = Arc::new(lb.finish());
     let label: ArrayRef = Arc::new(Int64Array::from_iter_values((0..30).map(|i| i % 2)));
-    write_parquet(
-        &dir.path("t.parquet"),
-        vec![("v", list), ("label", label)],
-        10,
-    );
+    write_parquet(&dir.path("t.parquet"), vec![("v", list), ("label", label)], 10);
     let p = pipeline(&dir, &["t.parquet"], "feature_list = \"v\"", "");
-    train_fails(
-        &dir,
-        &p,
-        &["t.parquet", "row group 2", "row 5", "column 'v'", "ragged"],
-    );
+    train_fails(&dir, &p, &["t.parquet", "row group 2", "row 5", "column 'v'", "ragged"]);
 }
 
 #[test]
@@ -214,17 +155,7 @@ fn schemas_that_differ_between_files() {
     cols[0] = ("a", Arc::new(Int32Array::from_iter_values(0..50)));
     write_parquet(&dir.path("two.parquet"), cols, 20);
     let p = pipeline(&dir, &["one.parquet", "two.parquet"], "", "");
-    train_fails(
-        &dir,
-        &p,
-        &[
-            "two.parquet",
-            "column 'a'",
-            "Int32",
-            "Float64",
-            "schemas differ",
-        ],
-    );
+    train_fails(&dir, &p, &["two.parquet", "column 'a'", "Int32", "Float64", "schemas differ"]);
     let mut cols = good_columns(50);
     cols.remove(1);
     write_parquet(&dir.path("three.parquet"), cols, 20);
@@ -245,27 +176,17 @@ fn missing_input_file_and_unmatched_glob() {
 fn float_label_for_classification() {
     let dir = TempDir::new("float-label");
     let mut cols = good_columns(50);
-    cols[2] = (
-        "label",
-        Arc::new(Float64Array::from_iter_values((0..50).map(|i| i as f64))),
-    );
+    cols[2] = ("label", Arc::new(Float64Array::from_iter_values((0..50).map(|i| i as f64))));
     write_parquet(&dir.path("t.parquet"), cols, 20);
     let p = pipeline(&dir, &["t.parquet"], "", "");
-    train_fails(
-        &dir,
-        &p,
-        &["t.parquet", "column 'label'", "Float64", "regression"],
-    );
+    train_fails(&dir, &p, &["t.parquet", "column 'label'", "Float64", "regression"]);
 }
 
 #[test]
 fn single_class() {
     let dir = TempDir::new("one-class");
     let mut cols = good_columns(50);
-    cols[2] = (
-        "label",
-        Arc::new(Int64Array::from_iter_values((0..50).map(|_| 4))),
-    );
+    cols[2] = ("label", Arc::new(Int64Array::from_iter_values((0..50).map(|_| 4))));
     write_parquet(&dir.path("t.parquet"), cols, 20);
     let p = pipeline(&dir, &["t.parquet"], "", "");
     train_fails(&dir, &p, &["t.parquet", "column 'label'", "at least 2"]);
@@ -284,15 +205,9 @@ fn bad_pipeline_keys_and_values() {
     let p = pipeline(&dir, &["t.parquet"], "", "normalize = \"l3\"");
     train_fails(&dir, &p, &["p.toml", "stages[0]", "l3"]);
     let p = pipeline(&dir, &["t.parquet"], "", "kind = \"magic\"");
-    let text = std::fs::read_to_string(&p)
-        .unwrap()
-        .replace("kind = \"tensor_sketch\"\n", "");
+    let text = std::fs::read_to_string(&p).unwrap().replace("kind = \"tensor_sketch\"\n", "");
     std::fs::write(&p, text).unwrap();
-    train_fails(
-        &dir,
-        &p,
-        &["p.toml", "stages[0].kind", "unknown stage kind 'magic'"],
-    );
+    train_fails(&dir, &p, &["p.toml", "stages[0].kind", "unknown stage kind 'magic'"]);
     let p = pipeline(&dir, &["t.parquet"], "", "[ridge]\nlambda = -1");
     train_fails(&dir, &p, &["p.toml", "ridge.lambda", "≥ 0"]);
     let p = pipeline(&dir, &["t.parquet"], "", "[speed]\nfast = true");
@@ -313,15 +228,7 @@ fn bad_set_overrides() {
         ("stages.0.dim=0", "stages[0].dim"),
         ("nonsense", "expected key=value"),
     ] {
-        let out = sketchfit(&[
-            "train",
-            &p,
-            "-o",
-            model.to_str().unwrap(),
-            "--set",
-            set,
-            "--quiet",
-        ]);
+        let out = sketchfit(&["train", &p, "-o", model.to_str().unwrap(), "--set", set, "--quiet"]);
         assert_eq!(out.status.code(), Some(2), "{set}: {}", stderr(&out));
         assert!(stderr(&out).contains(needle), "{set}: {}", stderr(&out));
         assert!(!model.exists());
@@ -338,31 +245,11 @@ fn unknown_label_at_evaluate_and_bad_input_at_predict_leave_nothing() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 
     let mut cols = good_columns(50);
-    cols[2] = (
-        "label",
-        Arc::new(Int64Array::from_iter_values((0..50).map(|i| {
-            if i == 44 {
-                9
-            } else {
-                i % 3
-            }
-        }))),
-    );
+    cols[2] = ("label", Arc::new(Int64Array::from_iter_values((0..50).map(|i| if i == 44 { 9 } else { i % 3 }))));
     write_parquet(&dir.path("new.parquet"), cols, 20);
-    let out = sketchfit(&[
-        "evaluate",
-        model.to_str().unwrap(),
-        "--input",
-        dir.path("new.parquet").to_str().unwrap(),
-    ]);
+    let out = sketchfit(&["evaluate", model.to_str().unwrap(), "--input", dir.path("new.parquet").to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
-    for n in [
-        "new.parquet",
-        "row group 2",
-        "row 4",
-        "column 'label'",
-        "label '9' is not one of the 3 classes",
-    ] {
+    for n in ["new.parquet", "row group 2", "row 4", "column 'label'", "label '9' is not one of the 3 classes"] {
         assert!(stderr(&out).contains(n), "{}", stderr(&out));
     }
 
@@ -407,29 +294,18 @@ fn damaged_or_foreign_model_files() {
     write_parquet(&dir.path("t.parquet"), good_columns(90), 40);
     let p = pipeline(&dir, &["t.parquet"], "", "");
     let model = dir.path("m.sfm");
-    assert_eq!(
-        sketchfit(&["train", &p, "-o", model.to_str().unwrap(), "-q"])
-            .status
-            .code(),
-        Some(0)
-    );
+    assert_eq!(sketchfit(&["train", &p, "-o", model.to_str().unwrap(), "-q"]).status.code(), Some(0));
     let mut bytes = std::fs::read(&model).unwrap();
     let n = bytes.len();
     bytes[n - 3] ^= 0x55;
     std::fs::write(dir.path("flipped.sfm"), &bytes).unwrap();
     std::fs::write(dir.path("text.sfm"), b"hello").unwrap();
-    for (f, needle) in [
-        ("flipped.sfm", "checksum mismatch"),
-        ("text.sfm", "not a safetensors file"),
-        ("none.sfm", "not found"),
-    ] {
+    for (f, needle) in
+        [("flipped.sfm", "checksum mismatch"), ("text.sfm", "not a safetensors file"), ("none.sfm", "not found")]
+    {
         let out = sketchfit(&["inspect", dir.path(f).to_str().unwrap()]);
         assert_eq!(out.status.code(), Some(2), "{f}");
-        assert!(
-            stderr(&out).contains(f) && stderr(&out).contains(needle),
-            "{f}: {}",
-            stderr(&out)
-        );
+        assert!(stderr(&out).contains(f) && stderr(&out).contains(needle), "{f}: {}", stderr(&out));
     }
 }
 

@@ -22,17 +22,10 @@ fn train(pipeline: &str, model: &std::path::Path, extra: &[&str]) -> String {
 }
 
 fn read_f64(path: &std::path::Path, col: &str) -> Vec<f64> {
-    let r = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(path).unwrap())
-        .unwrap()
-        .build()
-        .unwrap();
+    let r = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(path).unwrap()).unwrap().build().unwrap();
     r.flat_map(|b| {
         let b = b.unwrap();
-        b.column_by_name(col)
-            .unwrap()
-            .as_primitive::<Float64Type>()
-            .values()
-            .to_vec()
+        b.column_by_name(col).unwrap().as_primitive::<Float64Type>().values().to_vec()
     })
     .collect()
 }
@@ -51,13 +44,7 @@ fn digits_main_job_reaches_97_percent_and_every_command_works() {
     assert!(acc >= 0.97, "test accuracy {acc}");
 
     let test = repo("data/digits_test.parquet");
-    let ev = sketchfit(&[
-        "evaluate",
-        model.to_str().unwrap(),
-        "--input",
-        &test,
-        "--json",
-    ]);
+    let ev = sketchfit(&["evaluate", model.to_str().unwrap(), "--input", &test, "--json"]);
     assert_eq!(ev.status.code(), Some(0));
     let v: serde_json::Value = serde_json::from_str(&stdout(&ev)).unwrap();
     assert!((v["accuracy"].as_f64().unwrap() - acc).abs() < 1e-4);
@@ -78,40 +65,21 @@ fn digits_main_job_reaches_97_percent_and_every_command_works() {
     ]);
     assert_eq!(p.status.code(), Some(0), "{}", stderr(&p));
     let r = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&pred).unwrap()).unwrap();
-    let names: Vec<String> = r
-        .schema()
-        .fields()
-        .iter()
-        .map(|f| f.name().clone())
-        .collect();
+    let names: Vec<String> = r.schema().fields().iter().map(|f| f.name().clone()).collect();
     assert_eq!(names[..3], ["label", "prediction", "score_0"]);
     assert_eq!(names.len(), 12);
     let mut right = 0;
     let mut rows = 0;
     for b in r.build().unwrap() {
         let b = b.unwrap();
-        let l = b
-            .column_by_name("label")
-            .unwrap()
-            .as_primitive::<arrow_array::types::Int64Type>();
-        let p = b
-            .column_by_name("prediction")
-            .unwrap()
-            .as_primitive::<arrow_array::types::Int64Type>();
-        right += l
-            .values()
-            .iter()
-            .zip(p.values())
-            .filter(|(a, b)| a == b)
-            .count();
+        let l = b.column_by_name("label").unwrap().as_primitive::<arrow_array::types::Int64Type>();
+        let p = b.column_by_name("prediction").unwrap().as_primitive::<arrow_array::types::Int64Type>();
+        right += l.values().iter().zip(p.values()).filter(|(a, b)| a == b).count();
         rows += b.num_rows();
     }
     assert_eq!(rows, 450);
     let eval_acc = v["accuracy"].as_f64().unwrap();
-    assert!(
-        (right as f64 / 450.0 - eval_acc).abs() < 1e-12,
-        "predict and evaluate disagree"
-    );
+    assert!((right as f64 / 450.0 - eval_acc).abs() < 1e-12, "predict and evaluate disagree");
 
     let i = sketchfit(&["inspect", model.to_str().unwrap()]);
     assert_eq!(i.status.code(), Some(0));
@@ -121,12 +89,8 @@ fn digits_main_job_reaches_97_percent_and_every_command_works() {
 fn regression_data(dir: &TempDir, name: &str, n: usize, seed: u64) -> String {
     let mut r = sketchfit::rng::StageRng::new(seed, 0);
     let mut cols: Vec<(&str, ArrayRef)> = Vec::new();
-    let xs: Vec<Vec<f64>> = (0..4)
-        .map(|_| (0..n).map(|_| r.uniform() * 2.0 - 1.0).collect())
-        .collect();
-    let y1: Vec<f64> = (0..n)
-        .map(|i| xs[0][i] * xs[1][i] + 0.5 * xs[2][i] + 0.01 * r.uniform())
-        .collect();
+    let xs: Vec<Vec<f64>> = (0..4).map(|_| (0..n).map(|_| r.uniform() * 2.0 - 1.0).collect()).collect();
+    let y1: Vec<f64> = (0..n).map(|i| xs[0][i] * xs[1][i] + 0.5 * xs[2][i] + 0.01 * r.uniform()).collect();
     let y2: Vec<f64> = (0..n).map(|i| xs[3][i].powi(2) - xs[0][i]).collect();
     let names = ["x0", "x1", "x2", "x3"];
     for (k, x) in xs.into_iter().enumerate() {
@@ -134,12 +98,7 @@ fn regression_data(dir: &TempDir, name: &str, n: usize, seed: u64) -> String {
     }
     cols.push(("y1", Arc::new(Float64Array::from(y1))));
     cols.push(("y2", Arc::new(Float64Array::from(y2))));
-    cols.push((
-        "id",
-        Arc::new(StringArray::from_iter_values(
-            (0..n).map(|i| format!("r{i}")),
-        )),
-    ));
+    cols.push(("id", Arc::new(StringArray::from_iter_values((0..n).map(|i| format!("r{i}"))))));
     let p = dir.path(name);
     write_parquet(&p, cols, 700);
     p.to_string_lossy().into_owned()
@@ -166,28 +125,11 @@ fn regression_with_two_targets_two_files_and_concatenated_stages() {
     let out = train(&p, &model, &[]);
     // The targets are degree-2 polynomials of x: the degree-2 sketch fits them well.
     for line in out.lines().filter(|l| l.starts_with("test y")) {
-        let r2: f64 = line
-            .split("r2 ")
-            .nth(1)
-            .unwrap()
-            .split_whitespace()
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap();
+        let r2: f64 = line.split("r2 ").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap();
         assert!(r2 > 0.95, "{line}");
     }
     let pred = dir.path("p.parquet");
-    let o = sketchfit(&[
-        "predict",
-        model.to_str().unwrap(),
-        "-i",
-        &test,
-        "-o",
-        pred.to_str().unwrap(),
-        "--keep",
-        "id",
-    ]);
+    let o = sketchfit(&["predict", model.to_str().unwrap(), "-i", &test, "-o", pred.to_str().unwrap(), "--keep", "id"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert_eq!(read_f64(&pred, "prediction_y1").len(), 800);
 }
@@ -198,19 +140,10 @@ fn same_seed_same_model_and_chunks_threads_change_only_rounding() {
     regression_data(&dir, "tr1.parquet", 3000, 4);
     let test = regression_data(&dir, "te.parquet", 500, 5);
     let p = regression_pipeline(&dir, "[pca]\ncomponents = 200");
-    let (m1, m2, m3, m4) = (
-        dir.path("a.sfm"),
-        dir.path("b.sfm"),
-        dir.path("c.sfm"),
-        dir.path("d.sfm"),
-    );
+    let (m1, m2, m3, m4) = (dir.path("a.sfm"), dir.path("b.sfm"), dir.path("c.sfm"), dir.path("d.sfm"));
     train(&p, &m1, &["--threads", "2"]);
     train(&p, &m2, &["--threads", "2"]);
-    assert_eq!(
-        std::fs::read(&m1).unwrap(),
-        std::fs::read(&m2).unwrap(),
-        "same seed, same threads: same bytes"
-    );
+    assert_eq!(std::fs::read(&m1).unwrap(), std::fs::read(&m2).unwrap(), "same seed, same threads: same bytes");
     train(&p, &m3, &["--threads", "1", "--set", "run.chunk_rows=333"]);
     train(&p, &m4, &["--set", "run.seed=99"]);
     let preds: Vec<Vec<f64>> = [&m1, &m3, &m4]
@@ -218,25 +151,13 @@ fn same_seed_same_model_and_chunks_threads_change_only_rounding() {
         .enumerate()
         .map(|(i, m)| {
             let out = dir.path(&format!("p{i}.parquet"));
-            let o = sketchfit(&[
-                "predict",
-                m.to_str().unwrap(),
-                "-i",
-                &test,
-                "-o",
-                out.to_str().unwrap(),
-            ]);
+            let o = sketchfit(&["predict", m.to_str().unwrap(), "-i", &test, "-o", out.to_str().unwrap()]);
             assert_eq!(o.status.code(), Some(0));
             read_f64(&out, "prediction_y1")
         })
         .collect();
     let scale = preds[0].iter().fold(0.0f64, |m, v| m.max(v.abs()));
-    let diff = |a: &[f64], b: &[f64]| {
-        a.iter()
-            .zip(b)
-            .fold(0.0f64, |m, (x, y)| m.max((x - y).abs()))
-            / scale
-    };
+    let diff = |a: &[f64], b: &[f64]| a.iter().zip(b).fold(0.0f64, |m, (x, y)| m.max((x - y).abs())) / scale;
     assert!(
         diff(&preds[0], &preds[1]) < 1e-6,
         "chunk size / threads changed the model: {}",
@@ -244,11 +165,7 @@ fn same_seed_same_model_and_chunks_threads_change_only_rounding() {
     );
     // At D = 512 the degree-2 sketch of 5 inputs barely collides, so another seed gives
     // nearly the same predictions; its random tables, and so its bytes, must differ.
-    assert_ne!(
-        std::fs::read(&m1).unwrap(),
-        std::fs::read(&m4).unwrap(),
-        "another seed, another model"
-    );
+    assert_ne!(std::fs::read(&m1).unwrap(), std::fs::read(&m4).unwrap(), "another seed, another model");
 }
 
 #[test]
@@ -267,29 +184,18 @@ fn fixed_size_list_features_and_string_labels() {
         }
         lb.append(true);
     }
-    let cols: Vec<(&str, ArrayRef)> = vec![
-        ("v", Arc::new(lb.finish())),
-        ("label", Arc::new(StringArray::from_iter_values(labels))),
-    ];
+    let cols: Vec<(&str, ArrayRef)> =
+        vec![("v", Arc::new(lb.finish())), ("label", Arc::new(StringArray::from_iter_values(labels)))];
     write_parquet(&dir.path("t.parquet"), cols, 256);
     let text = "[data]\ntrain = [\"t.parquet\"]\ntest = [\"t.parquet\"]\nfeature_list = \"v\"\nlabel = \"label\"\n\
                 [[stages]]\nkind = \"tensor_sketch\"\ndegree = 2\ndim = 256\n";
     std::fs::write(dir.path("l.toml"), text).unwrap();
     let model = dir.path("l.sfm");
     let out = train(dir.path("l.toml").to_str().unwrap(), &model, &[]);
-    let acc: f64 = out
-        .lines()
-        .find_map(|l| l.strip_prefix("test accuracy: "))
-        .unwrap()[..6]
-        .parse()
-        .unwrap();
+    let acc: f64 = out.lines().find_map(|l| l.strip_prefix("test accuracy: ")).unwrap()[..6].parse().unwrap();
     assert!(acc > 0.9, "{out}");
     let i = sketchfit(&["inspect", model.to_str().unwrap()]);
-    assert!(
-        stdout(&i).contains("classes (2): diff, same"),
-        "{}",
-        stdout(&i)
-    );
+    assert!(stdout(&i).contains("classes (2): diff, same"), "{}", stdout(&i));
 }
 
 #[test]
@@ -309,32 +215,18 @@ fn save_load_predict_gives_identical_scores_for_every_stage_kind() {
             repo("data/digits_train.parquet")
         );
         let table: toml::Table = text.parse().unwrap();
-        let spec =
-            sketchfit::pipeline::spec::PipelineSpec::from_table(table, "inline.toml").unwrap();
+        let spec = sketchfit::pipeline::spec::PipelineSpec::from_table(table, "inline.toml").unwrap();
         let model = sketchfit::pipeline::train::train(&spec, false, &mut |_| {}).unwrap();
         let loaded = sketchfit::model::Model::from_bytes(&model.to_bytes().unwrap()).unwrap();
-        let ds = sketchfit::source::Dataset::open(
-            &[repo("data/digits_test.parquet").into()],
-            spec.columns(),
-        )
-        .unwrap();
+        let ds = sketchfit::source::Dataset::open(&[repo("data/digits_test.parquet").into()], spec.columns()).unwrap();
         let (mut z, mut n, mut right) = (Vec::new(), 0, 0);
         for u in ds.units() {
             ds.read_unit(u, 100, &mut |ch| {
                 let a = model.scores(&ch.x, ch.rows, &mut z, 2);
                 let b = loaded.scores(&ch.x, ch.rows, &mut z, 1);
                 assert_eq!(a, b, "{stage}: loaded model scores differ");
-                let truth = model
-                    .header
-                    .classes
-                    .as_ref()
-                    .unwrap()
-                    .encode(ch.labels.as_ref().unwrap(), &ch.location)?;
-                right += truth
-                    .iter()
-                    .zip(model.classify(&a))
-                    .filter(|(t, p)| **t as usize == *p)
-                    .count();
+                let truth = model.header.classes.as_ref().unwrap().encode(ch.labels.as_ref().unwrap(), &ch.location)?;
+                right += truth.iter().zip(model.classify(&a)).filter(|(t, p)| **t as usize == *p).count();
                 n += ch.rows;
                 Ok(())
             })
@@ -342,11 +234,7 @@ fn save_load_predict_gives_identical_scores_for_every_stage_kind() {
         }
         assert_eq!(n, 450);
         // Every kernel here separates the digits well; a broken map would not.
-        assert!(
-            right as f64 / 450.0 > 0.9,
-            "{stage}: accuracy {}",
-            right as f64 / 450.0
-        );
+        assert!(right as f64 / 450.0 > 0.9, "{stage}: accuracy {}", right as f64 / 450.0);
     }
 }
 
@@ -379,11 +267,8 @@ fn kernel_error_compares_the_dot_product_maps_and_plots_the_decay() {
     // Sixteen times the dimension gives a clearly smaller error for every map.
     let sweep = v["sweep"].as_array().unwrap();
     for st in 0..4 {
-        let pts: Vec<f64> = sweep
-            .iter()
-            .filter(|e| e["stage"] == st)
-            .map(|e| e["nrms_mean"].as_f64().unwrap())
-            .collect();
+        let pts: Vec<f64> =
+            sweep.iter().filter(|e| e["stage"] == st).map(|e| e["nrms_mean"].as_f64().unwrap()).collect();
         assert_eq!(pts.len(), 5);
         assert!(pts[4] < 0.6 * pts[0], "stage {st}: {pts:?}");
     }

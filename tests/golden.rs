@@ -15,18 +15,11 @@ fn load(name: &str) -> Vec<Value> {
 }
 
 fn case<'a>(cases: &'a [Value], name: &str) -> &'a Value {
-    cases
-        .iter()
-        .find(|c| c["name"] == name)
-        .unwrap_or_else(|| panic!("no case {name}"))
+    cases.iter().find(|c| c["name"] == name).unwrap_or_else(|| panic!("no case {name}"))
 }
 
 fn vec1(v: &Value) -> Vec<f64> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap())
-        .collect()
+    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
 }
 
 /// A matrix as (rows, cols, row-major values).
@@ -39,26 +32,14 @@ fn mat(v: &Value) -> (usize, usize, Vec<f64>) {
 /// Normwise comparison: `max|got − exp| ≤ tol · max|exp|`.
 fn close(got: &[f64], exp: &[f64], tol: f64, what: &str) {
     assert_eq!(got.len(), exp.len(), "{what}: length");
-    let scale = exp
-        .iter()
-        .fold(0.0f64, |m, v| m.max(v.abs()))
-        .max(f64::MIN_POSITIVE);
-    let err = got
-        .iter()
-        .zip(exp)
-        .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
-    assert!(
-        err <= tol * scale,
-        "{what}: max abs error {err:e} > {tol:e} × {scale:e}\n got {got:?}\n exp {exp:?}"
-    );
+    let scale = exp.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(f64::MIN_POSITIVE);
+    let err = got.iter().zip(exp).fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+    assert!(err <= tol * scale, "{what}: max abs error {err:e} > {tol:e} × {scale:e}\n got {got:?}\n exp {exp:?}");
 }
 
 fn close_abs(got: &[f64], exp: &[f64], tol: f64, what: &str) {
     assert_eq!(got.len(), exp.len(), "{what}: length");
-    let err = got
-        .iter()
-        .zip(exp)
-        .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+    let err = got.iter().zip(exp).fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
     assert!(err <= tol, "{what}: max abs error {err:e} > {tol:e}");
 }
 
@@ -82,19 +63,10 @@ fn count_sketch_matches_golden() {
         let x = f32s(&x);
         let mut got = vec![0f32; rows * dim];
         for r in 0..rows {
-            cs.apply(
-                &x[r * d..(r + 1) * d],
-                1.0,
-                &mut got[r * dim..(r + 1) * dim],
-            );
+            cs.apply(&x[r * d..(r + 1) * d], 1.0, &mut got[r * dim..(r + 1) * dim]);
         }
         let got: Vec<f64> = got.iter().map(|&v| f64::from(v)).collect();
-        close_abs(
-            &got,
-            &mat(&c["expected"]["Z"]).2,
-            c["tol"]["f32_abs"].as_f64().unwrap(),
-            name,
-        );
+        close_abs(&got, &mat(&c["expected"]["Z"]).2, c["tol"]["f32_abs"].as_f64().unwrap(), name);
     }
 }
 
@@ -102,10 +74,7 @@ fn count_sketch_matches_golden() {
 fn tensor_sketch_matches_golden_for_every_degree_dim_and_offset() {
     let cases = load("count_tensor_sketch.json");
     let mut checked = 0;
-    for c in cases
-        .iter()
-        .filter(|c| c["name"].as_str().unwrap().starts_with("tensor_sketch_p"))
-    {
+    for c in cases.iter().filter(|c| c["name"].as_str().unwrap().starts_with("tensor_sketch_p")) {
         let name = c["name"].as_str().unwrap();
         let p = &c["params"];
         let degree = p["p"].as_u64().unwrap() as u32;
@@ -120,30 +89,12 @@ fn tensor_sketch_matches_golden_for_every_degree_dim_and_offset() {
                 dim,
             })
             .collect();
-        assert_eq!(
-            sketches[0].hash.len(),
-            d + usize::from(offset > 0.0),
-            "{name}: table covers √c"
-        );
-        let ts = TensorSketch::from_sketches(
-            PolyKernel {
-                degree,
-                gamma,
-                offset,
-            },
-            d,
-            dim,
-            sketches,
-        );
+        assert_eq!(sketches[0].hash.len(), d + usize::from(offset > 0.0), "{name}: table covers √c");
+        let ts = TensorSketch::from_sketches(PolyKernel { degree, gamma, offset }, d, dim, sketches);
         let mut got = vec![0f32; rows * dim];
         ts.map(&f32s(&x), rows, &mut got);
         let got: Vec<f64> = got.iter().map(|&v| f64::from(v)).collect();
-        close_abs(
-            &got,
-            &mat(&c["expected"]["Z"]).2,
-            c["tol"]["f32_abs"].as_f64().unwrap(),
-            name,
-        );
+        close_abs(&got, &mat(&c["expected"]["Z"]).2, c["tol"]["f32_abs"].as_f64().unwrap(), name);
         checked += 1;
     }
     assert_eq!(checked, 10);
@@ -158,12 +109,7 @@ fn stats_of(z: &[f64], y: &[f64], n: usize, c: usize, shift: Vec<f64>) -> GramSt
 fn check_stats(st: &GramStats, exp: &Value, what: &str) {
     assert_eq!(st.n, exp["n"].as_u64().unwrap(), "{what}: n");
     close(&st.s, &vec1(&exp["s"]), 1e-12, &format!("{what}: s"));
-    close(
-        &st.gram.to_full(),
-        &mat(&exp["G"]).2,
-        1e-12,
-        &format!("{what}: G"),
-    );
+    close(&st.gram.to_full(), &mat(&exp["G"]).2, 1e-12, &format!("{what}: G"));
     if exp.get("T").is_some() {
         close(&st.t, &mat(&exp["T"]).2, 1e-12, &format!("{what}: T"));
         close(&st.u, &vec1(&exp["u"]), 1e-12, &format!("{what}: u"));
@@ -172,67 +118,25 @@ fn check_stats(st: &GramStats, exp: &Value, what: &str) {
 }
 
 fn check_derived(cen: &Centered, exp: &Value, what: &str) {
-    close(
-        &cen.mean,
-        &vec1(&exp["zbar_L"]),
-        1e-12,
-        &format!("{what}: zbar"),
-    );
+    close(&cen.mean, &vec1(&exp["zbar_L"]), 1e-12, &format!("{what}: zbar"));
     close(&cen.cov, &mat(&exp["C_L"]).2, 1e-12, &format!("{what}: C"));
-    close(
-        &cen.czy,
-        &mat(&exp["C_zy"]).2,
-        1e-12,
-        &format!("{what}: C_zy"),
-    );
-    close(
-        &cen.ymean,
-        &vec1(&exp["ybar"]),
-        1e-12,
-        &format!("{what}: ybar"),
-    );
-    close(
-        &cen.cyy,
-        &vec1(&exp["c_yy"]),
-        1e-12,
-        &format!("{what}: c_yy"),
-    );
+    close(&cen.czy, &mat(&exp["C_zy"]).2, 1e-12, &format!("{what}: C_zy"));
+    close(&cen.ymean, &vec1(&exp["ybar"]), 1e-12, &format!("{what}: ybar"));
+    close(&cen.cyy, &vec1(&exp["c_yy"]), 1e-12, &format!("{what}: c_yy"));
 }
 
 fn check_gcv(prob: &RotatedProblem, cen: &Centered, exp: &Value, what: &str) {
     let g = prob.gcv(cen.n, &cen.cyy);
-    close(
-        &[g.sigma_bar],
-        &[exp["sigma_bar"].as_f64().unwrap()],
-        1e-9,
-        &format!("{what}: sigma_bar"),
-    );
+    close(&[g.sigma_bar], &[exp["sigma_bar"].as_f64().unwrap()], 1e-9, &format!("{what}: sigma_bar"));
     close(&g.grid, &vec1(&exp["grid"]), 1e-9, &format!("{what}: grid"));
     close(&g.df, &vec1(&exp["df"]), 1e-9, &format!("{what}: df"));
     let rss: Vec<f64> = g.rss.iter().flatten().copied().collect();
     close(&rss, &mat(&exp["RSS"]).2, 1e-9, &format!("{what}: RSS"));
-    close(
-        &g.shared,
-        &vec1(&exp["gcv_shared"]),
-        1e-9,
-        &format!("{what}: gcv shared"),
-    );
+    close(&g.shared, &vec1(&exp["gcv_shared"]), 1e-9, &format!("{what}: gcv shared"));
     let per: Vec<f64> = g.per_output.iter().flatten().copied().collect();
-    close(
-        &per,
-        &mat(&exp["gcv_per_output"]).2,
-        1e-9,
-        &format!("{what}: gcv per output"),
-    );
-    assert_eq!(
-        g.chosen_shared as u64,
-        exp["chosen_index_shared"].as_u64().unwrap(),
-        "{what}"
-    );
-    let want: Vec<usize> = vec1(&exp["chosen_index_per_output"])
-        .iter()
-        .map(|&v| v as usize)
-        .collect();
+    close(&per, &mat(&exp["gcv_per_output"]).2, 1e-9, &format!("{what}: gcv per output"));
+    assert_eq!(g.chosen_shared as u64, exp["chosen_index_shared"].as_u64().unwrap(), "{what}");
+    let want: Vec<usize> = vec1(&exp["chosen_index_per_output"]).iter().map(|&v| v as usize).collect();
     assert_eq!(g.chosen_per_output, want, "{what}");
 }
 
@@ -260,12 +164,7 @@ fn supervised_regression_pca_ridge_gcv_and_no_pca_match_golden() {
     check_derived(&cen, &e["derived"], "derived");
 
     let pca = Pca::fit(&cen, Components::Fixed(3)).unwrap();
-    close(
-        &pca.eigenvalues,
-        &vec1(&e["eigenvalues"]),
-        1e-9,
-        "eigenvalues",
-    );
+    close(&pca.eigenvalues, &vec1(&e["eigenvalues"]), 1e-9, "eigenvalues");
     close(&[pca.tau], &[e["tau"].as_f64().unwrap()], 1e-9, "tau");
     assert_eq!(pca.e_eff as u64, e["E_eff"].as_u64().unwrap());
     close(&pca.basis, &mat(&e["U_bar"]).2, 1e-9, "U_bar");
@@ -283,19 +182,9 @@ fn supervised_regression_pca_ridge_gcv_and_no_pca_match_golden() {
     close(&pred, &mat(&e["predictions_first5"]).2, 1e-9, "predictions");
     check_gcv(&prob, &cen, &e["gcv_pca"], "gcv pca");
     let gfit = prob.solve(&cen, &LambdaChoice::Gcv { per_output: false });
-    close(
-        &gfit.lambdas[..1],
-        &[e["gcv_pca"]["chosen_lambda_shared"].as_f64().unwrap()],
-        1e-12,
-        "chosen λ",
-    );
+    close(&gfit.lambdas[..1], &[e["gcv_pca"]["chosen_lambda_shared"].as_f64().unwrap()], 1e-12, "chosen λ");
     let pfit = prob.solve(&cen, &LambdaChoice::Gcv { per_output: true });
-    close(
-        &pfit.lambdas,
-        &vec1(&e["gcv_pca"]["chosen_lambda_per_output"]),
-        1e-12,
-        "chosen λ per output",
-    );
+    close(&pfit.lambdas, &vec1(&e["gcv_pca"]["chosen_lambda_per_output"]), 1e-12, "chosen λ per output");
 
     // No PCA: the eigendecomposition of C_L itself.
     let full = Pca::fit(&cen, Components::All).unwrap();
@@ -306,12 +195,7 @@ fn supervised_regression_pca_ridge_gcv_and_no_pca_match_golden() {
     close(&fit.weights, &mat(&e2["W"]).2, 1e-9, "no-PCA W");
     close(&fit.bias, &vec1(&e2["b"]), 1e-9, "no-PCA b");
     let fit0 = np.solve(&cen, &LambdaChoice::Fixed(0.0));
-    close(
-        &fit0.weights,
-        &mat(&e2["W_lambda0"]).2,
-        1e-9,
-        "no-PCA W λ=0",
-    );
+    close(&fit0.weights, &mat(&e2["W_lambda0"]).2, 1e-9, "no-PCA W λ=0");
     close(&fit0.bias, &vec1(&e2["b_lambda0"]), 1e-9, "no-PCA b λ=0");
     check_gcv(&np, &cen, &e2["gcv"], "gcv no pca");
 }
@@ -326,17 +210,10 @@ fn classification_encoding_and_scores_match_golden() {
     let st = stats_of(&z, &y, n, nc, vec1(&c["params"]["shift_mu"]));
     check_stats(&st, &e["stats"], "stats");
     let cen = st.centered();
-    let pca = Pca::fit(
-        &cen,
-        Components::Fixed(c["params"]["E"].as_u64().unwrap() as usize),
-    )
-    .unwrap();
+    let pca = Pca::fit(&cen, Components::Fixed(c["params"]["E"].as_u64().unwrap() as usize)).unwrap();
     close(&pca.basis, &mat(&e["U_bar"]).2, 1e-9, "U_bar");
     let prob = RotatedProblem::new(&pca, &cen, true, true).unwrap();
-    let fit = prob.solve(
-        &cen,
-        &LambdaChoice::Fixed(c["params"]["lambda"].as_f64().unwrap()),
-    );
+    let fit = prob.solve(&cen, &LambdaChoice::Fixed(c["params"]["lambda"].as_f64().unwrap()));
     close(&fit.weights, &mat(&e["W"]).2, 1e-9, "W");
     close(&fit.bias, &vec1(&e["b"]), 1e-9, "b");
     let scores = predictions(&z, n, dim, &fit.weights, &fit.bias);
@@ -344,12 +221,7 @@ fn classification_encoding_and_scores_match_golden() {
     let classes = vec1(&e["classes"]);
     let labels: Vec<f64> = scores
         .chunks(nc)
-        .map(|s| {
-            classes[s
-                .iter()
-                .enumerate()
-                .fold(0, |b, (i, &v)| if v > s[b] { i } else { b })]
-        })
+        .map(|s| classes[s.iter().enumerate().fold(0, |b, (i, &v)| if v > s[b] { i } else { b })])
         .collect();
     assert_eq!(labels, vec1(&e["predicted_labels"]));
     check_gcv(&prob, &cen, &e["gcv_pca"], "gcv");
@@ -371,20 +243,12 @@ fn semi_supervised_pca_on_all_rows_ridge_on_labeled_matches_golden() {
     check_stats(&lab, &e["stats_L"], "L");
     let (ca, cl) = (all.centered(), lab.centered());
     let pca = Pca::fit(&ca, Components::Fixed(3)).unwrap();
-    close(
-        &pca.eigenvalues,
-        &vec1(&e["eigenvalues_C_A"]),
-        1e-9,
-        "eigenvalues",
-    );
+    close(&pca.eigenvalues, &vec1(&e["eigenvalues_C_A"]), 1e-9, "eigenvalues");
     close(&[pca.tau], &[e["tau"].as_f64().unwrap()], 1e-9, "tau");
     close(&pca.basis, &mat(&e["U_bar"]).2, 1e-9, "U_bar");
     let prob = RotatedProblem::new(&pca, &cl, false, true).unwrap();
     close(&prob.sigma, &vec1(&e["sigma_S_desc"]), 1e-9, "sigma(S)");
-    let fit = prob.solve(
-        &cl,
-        &LambdaChoice::Fixed(c["params"]["lambda"].as_f64().unwrap()),
-    );
+    let fit = prob.solve(&cl, &LambdaChoice::Fixed(c["params"]["lambda"].as_f64().unwrap()));
     close(&fit.weights, &mat(&e["W"]).2, 1e-9, "W");
     close(&fit.bias, &vec1(&e["b"]), 1e-9, "b");
     check_gcv(&prob, &cl, &e["gcv_pca"], "gcv");
@@ -402,13 +266,7 @@ fn merge_with_shift_change_matches_golden() {
     let mu2 = vec1(&c["params"]["shift_half2_and_merged"]);
     let mut h1 = stats_of(&z[..split * dim], &y[..split * nc], split, nc, mu1);
     check_stats(&h1, &e["half1_stats"], "half 1");
-    let h2 = stats_of(
-        &z[split * dim..],
-        &y[split * nc..],
-        n - split,
-        nc,
-        mu2.clone(),
-    );
+    let h2 = stats_of(&z[split * dim..], &y[split * nc..], n - split, nc, mu2.clone());
     check_stats(&h2, &e["half2_stats"], "half 2");
     h1.reshift(&mu2);
     check_stats(&h1, &e["half1_reshifted"], "half 1 reshifted");
@@ -429,23 +287,11 @@ fn rank_deficient_drops_two_eigenvalues_and_lambda_zero_is_min_norm() {
     close(&[pca.tau], &[e["tau"].as_f64().unwrap()], 1e-9, "tau");
     assert_eq!(pca.e_eff, 4);
     assert!(pca.eigenvalues[4..].iter().all(|&v| v <= pca.tau));
-    close(
-        &pca.eigenvalues[..4],
-        &vec1(&e["eigenvalues"])[..4],
-        1e-9,
-        "eigenvalues",
-    );
+    close(&pca.eigenvalues[..4], &vec1(&e["eigenvalues"])[..4], 1e-9, "eigenvalues");
     close(&pca.basis, &mat(&e["U_bar"]).2, 1e-9, "U_bar");
     assert!(!pca.warnings.is_empty(), "a rank below E is reported");
     let full = Pca::fit(&cen, Components::All).unwrap();
-    let fit = RotatedProblem::new(&full, &cen, true, false)
-        .unwrap()
-        .solve(&cen, &LambdaChoice::Fixed(0.0));
-    close(
-        &fit.weights,
-        &mat(&e["no_pca_W_lambda0_min_norm"]).2,
-        1e-9,
-        "min-norm W",
-    );
+    let fit = RotatedProblem::new(&full, &cen, true, false).unwrap().solve(&cen, &LambdaChoice::Fixed(0.0));
+    close(&fit.weights, &mat(&e["no_pca_W_lambda0_min_norm"]).2, 1e-9, "min-norm W");
     close(&fit.bias, &vec1(&e["no_pca_b_lambda0"]), 1e-9, "min-norm b");
 }

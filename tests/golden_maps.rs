@@ -16,11 +16,7 @@ fn load(name: &str) -> Vec<Value> {
 }
 
 fn vec1(v: &Value) -> Vec<f64> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap())
-        .collect()
+    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
 }
 
 fn mat(v: &Value) -> (usize, usize, Vec<f64>) {
@@ -35,14 +31,8 @@ fn f32s(v: &[f64]) -> Vec<f32> {
 
 fn close_abs(got: &[f32], exp: &[f64], tol: f64, what: &str) {
     assert_eq!(got.len(), exp.len(), "{what}: length");
-    let err = got
-        .iter()
-        .zip(exp)
-        .fold(0.0f64, |m, (a, b)| m.max((f64::from(*a) - b).abs()));
-    assert!(
-        err <= tol,
-        "{what}: max abs error {err:e} > {tol:e}\n got {got:?}\n exp {exp:?}"
-    );
+    let err = got.iter().zip(exp).fold(0.0f64, |m, (a, b)| m.max((f64::from(*a) - b).abs()));
+    assert!(err <= tol, "{what}: max abs error {err:e} > {tol:e}\n got {got:?}\n exp {exp:?}");
 }
 
 fn tol(c: &Value, exp: &[f64]) -> f64 {
@@ -53,10 +43,7 @@ fn tol(c: &Value, exp: &[f64]) -> f64 {
 
 #[test]
 fn fwht_matches_the_sylvester_vectors() {
-    for c in load("hadamard.json")
-        .iter()
-        .filter(|c| c["name"].as_str().unwrap().starts_with("fwht_"))
-    {
+    for c in load("hadamard.json").iter().filter(|c| c["name"].as_str().unwrap().starts_with("fwht_")) {
         let v = vec1(&c["inputs"]["v"]);
         let n = c["params"]["padded_length"].as_u64().unwrap() as usize;
         let mut buf = vec![0f32; n];
@@ -64,12 +51,7 @@ fn fwht_matches_the_sylvester_vectors() {
         close_abs(&buf, &vec1(&c["expected"]["padded"]), 0.0, "pad");
         fwht(&mut buf);
         let exp = vec1(&c["expected"]["fwht"]);
-        close_abs(
-            &buf,
-            &exp,
-            1e-5 * exp.iter().fold(1.0f64, |m, v| m.max(v.abs())),
-            c["name"].as_str().unwrap(),
-        );
+        close_abs(&buf, &exp, 1e-5 * exp.iter().fold(1.0f64, |m, v| m.max(v.abs())), c["name"].as_str().unwrap());
     }
 }
 
@@ -83,10 +65,7 @@ fn srht_of(p: &Value) -> Srht {
 
 #[test]
 fn srht_matches_golden_including_unsorted_rows_and_the_isometry() {
-    for c in load("hadamard.json")
-        .iter()
-        .filter(|c| c["name"].as_str().unwrap().starts_with("srht_"))
-    {
+    for c in load("hadamard.json").iter().filter(|c| c["name"].as_str().unwrap().starts_with("srht_")) {
         let s = srht_of(&c["params"]);
         s.validate().unwrap();
         let (rows, _, z) = mat(&c["inputs"]["Z"]);
@@ -104,9 +83,7 @@ fn kernel_of(p: &Value) -> DotKernel {
             gamma: 1.0,
             offset: p["c"].as_f64().unwrap(),
         },
-        _ => DotKernel::Exponential {
-            gamma: p["gamma"].as_f64().unwrap(),
-        },
+        _ => DotKernel::Exponential { gamma: p["gamma"].as_f64().unwrap() },
     }
 }
 
@@ -147,26 +124,12 @@ fn random_maclaurin_plain_h01_and_exact_cases_match_golden() {
         for (a, b) in a9.iter().zip(&exp_a) {
             assert!((a - b).abs() <= 1e-12 * b.abs().max(1.0), "{name}: a_n");
         }
-        let law = OrderLaw::new(
-            k,
-            p["eta"].as_f64().unwrap(),
-            if p["h01"].as_bool().unwrap() { 2 } else { 0 },
-        );
-        for (n, q) in vec1(&p["orders"])
-            .iter()
-            .zip(vec1(&c["expected"]["q_of_orders"]))
-        {
-            assert!(
-                (law.unwrap().q(*n as u32) - q).abs() <= 1e-12 * q,
-                "{name}: q"
-            );
+        let law = OrderLaw::new(k, p["eta"].as_f64().unwrap(), if p["h01"].as_bool().unwrap() { 2 } else { 0 });
+        for (n, q) in vec1(&p["orders"]).iter().zip(vec1(&c["expected"]["q_of_orders"])) {
+            assert!((law.unwrap().q(*n as u32) - q).abs() <= 1e-12 * q, "{name}: q");
         }
         let m = maclaurin_of(p, d);
-        assert_eq!(
-            m.output_dim() as u64,
-            p["D"].as_u64().unwrap(),
-            "{name}: output dimension"
-        );
+        assert_eq!(m.output_dim() as u64, p["D"].as_u64().unwrap(), "{name}: output dimension");
         let mut got = vec![0f32; rows * m.output_dim()];
         m.map(&f32s(&x), rows, &mut got);
         let exp = mat(&c["expected"]["Z"]).2;
@@ -188,16 +151,10 @@ fn random_maclaurin_plain_h01_and_exact_cases_match_golden() {
 #[test]
 fn craftmaps_rm_h01_to_srht_matches_golden() {
     let cases = load("hadamard.json");
-    let c = cases
-        .iter()
-        .find(|c| c["name"] == "craftmaps_rm_h01_D12_to_E5")
-        .unwrap();
+    let c = cases.iter().find(|c| c["name"] == "craftmaps_rm_h01_D12_to_E5").unwrap();
     let (rows, d, x) = mat(&c["inputs"]["X"]);
     let up = maclaurin_of(&c["params"]["up"], d);
-    let craft = Craftmaps {
-        up: Box::new(up),
-        down: Box::new(srht_of(&c["params"]["down"])),
-    };
+    let craft = Craftmaps { up: Box::new(up), down: Box::new(srht_of(&c["params"]["down"])) };
     let mut zup = vec![0f32; rows * craft.up.output_dim()];
     craft.up.map(&f32s(&x), rows, &mut zup);
     let eu = mat(&c["inputs"]["Z_up"]).2;
@@ -211,10 +168,7 @@ fn craftmaps_rm_h01_to_srht_matches_golden() {
 #[test]
 fn hadamard_structured_up_projection_matches_golden() {
     let cases = load("hadamard.json");
-    let c = cases
-        .iter()
-        .find(|c| c["name"] == "craftmaps_structured_up_exp_h01")
-        .unwrap();
+    let c = cases.iter().find(|c| c["name"] == "craftmaps_structured_up_exp_h01").unwrap();
     let p = &c["params"];
     let (rows, d, x) = mat(&c["inputs"]["X"]);
     let (_, _, zeta) = mat(&p["zeta"]);
@@ -248,33 +202,17 @@ fn cs(v: &Value, hk: &str, sk: &str, m: usize) -> CountSketch {
 fn recursive_tensor_sketch_tree_matches_golden() {
     let cases = load("gaussian_sketch.json");
     let mut checked = 0;
-    for c in cases
-        .iter()
-        .filter(|c| c["name"].as_str().unwrap().starts_with("recursive_ts_"))
-    {
+    for c in cases.iter().filter(|c| c["name"].as_str().unwrap().starts_with("recursive_ts_")) {
         let p = &c["params"];
-        let (n, k, m) = (
-            p["n"].as_u64().unwrap() as usize,
-            p["k"].as_u64().unwrap() as usize,
-            p["m"].as_u64().unwrap() as usize,
-        );
-        let leaves = p["leaves"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|l| cs(l, "h", "s", m))
-            .collect();
+        let (n, k, m) =
+            (p["n"].as_u64().unwrap() as usize, p["k"].as_u64().unwrap() as usize, p["m"].as_u64().unwrap() as usize);
+        let leaves = p["leaves"].as_array().unwrap().iter().map(|l| cs(l, "h", "s", m)).collect();
         let nodes = p["nodes"]
             .as_array()
             .unwrap()
             .iter()
             .map(|level| {
-                level
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|nd| (cs(nd, "h1", "s1", m), cs(nd, "h2", "s2", m)))
-                    .collect()
+                level.as_array().unwrap().iter().map(|nd| (cs(nd, "h1", "s1", m), cs(nd, "h2", "s2", m))).collect()
             })
             .collect();
         let t = RecursiveTensorSketch::from_parts(n, k, m, leaves, nodes);
@@ -284,13 +222,145 @@ fn recursive_tensor_sketch_tree_matches_golden() {
         let mut got = vec![0f32; m];
         t.sketch(|i| &u[i * n..(i + 1) * n], &mut s, &mut got);
         let exp = vec1(&c["expected"]["T"]);
-        close_abs(
-            &got,
-            &exp,
-            1e-5 * exp.iter().fold(1.0f64, |a, v| a.max(v.abs())),
-            c["name"].as_str().unwrap(),
-        );
+        close_abs(&got, &exp, 1e-5 * exp.iter().fold(1.0f64, |a, v| a.max(v.abs())), c["name"].as_str().unwrap());
         checked += 1;
     }
     assert_eq!(checked, 4);
+}
+
+use sketchfit::sketch::chi2::{
+    chebyshev_coefficients, fit_k, k0, series_error, series_terms, Chi2Chebyshev, Chi2Series, ExpChi2,
+};
+use sketchfit::sketch::rff::{Rff, RffVariant};
+
+fn close64(got: &[f64], exp: &[f64], tol: f64, what: &str) {
+    assert_eq!(got.len(), exp.len(), "{what}: length");
+    let scale = exp.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(f64::MIN_POSITIVE);
+    let err = got.iter().zip(exp).fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+    assert!(err <= tol * scale, "{what}: {err:e} > {tol:e} × {scale:e}");
+}
+
+fn rff_of(p: &Value, d: usize) -> Rff {
+    let (f, _, w) = mat(&p["W"]);
+    let mut wt = vec![0f32; d * f];
+    for fi in 0..f {
+        for j in 0..d {
+            wt[j * f + fi] = w[fi * d + j] as f32;
+        }
+    }
+    let variant = if p["variant"] == "cos" { RffVariant::Cos } else { RffVariant::CosSin };
+    let phase = if variant == RffVariant::Cos { f32s(&vec1(&p["b"])) } else { Vec::new() };
+    Rff { d, wt, phase, variant }
+}
+
+#[test]
+fn rff_matches_golden_for_both_kernels_and_variants() {
+    let cases = load("rff.json");
+    assert_eq!(cases.len(), 8);
+    for c in &cases {
+        let name = c["name"].as_str().unwrap();
+        let (rows, d, x) = mat(&c["inputs"]["X"]);
+        let m = rff_of(&c["params"], d);
+        assert_eq!(m.output_dim() as u64, c["params"]["D"].as_u64().unwrap());
+        let mut got = vec![0f32; rows * m.output_dim()];
+        m.map(&f32s(&x), rows, &mut got);
+        let exp = mat(&c["expected"]["Z"]).2;
+        close_abs(&got, &exp, tol(c, &exp), name);
+    }
+}
+
+#[test]
+fn chi2_direct_series_and_exact_error_match_golden() {
+    let cases = load("chi2.json");
+    let c = cases.iter().find(|c| c["name"] == "direct_series_N3").unwrap();
+    let k = vec1(&c["params"]["k"]);
+    let (rows, d, x) = mat(&c["inputs"]["X"]);
+    let m = Chi2Series { d, k: k.clone() };
+    let mut got = vec![0f32; rows * m.output_dim()];
+    m.map(&f32s(&x), rows, &mut got);
+    let exp = mat(&c["expected"]["C"]).2;
+    let scale = exp.iter().fold(0.0f64, |a, v| a.max(v.abs()));
+    close_abs(&got, &exp, 1e-6 * scale, "C (f32 output)");
+    // f64 path: per-bin errors and the kernel of rows 0 and 1.
+    let e_n: Vec<f64> = (0..d).map(|i| series_error(x[i], x[d + i], &k)).collect();
+    close64(&e_n, &vec1(&c["expected"]["E_N_per_bin_X0_X1"]), 1e-12, "E_N per bin");
+    let kx: f64 = (0..d).map(|i| k0(x[i], x[d + i])).sum();
+    close64(&[kx], &[c["expected"]["K_chi2_X0_X1"].as_f64().unwrap()], 1e-12, "K");
+    let mut approx = 0.0;
+    let (mut a, mut b) = (vec![0.0; 3], vec![0.0; 3]);
+    for i in 0..d {
+        series_terms(x[i], &k, &mut a);
+        series_terms(x[d + i], &k, &mut b);
+        approx += a.iter().zip(&b).map(|(p, q)| p * q).sum::<f64>();
+    }
+    close64(&[approx], &[c["expected"]["approx_K_chi2_X0_X1"].as_f64().unwrap()], 1e-12, "approx K");
+    for name in ["exact_error_N1", "exact_error_N3", "exact_error_N8"] {
+        let c = cases.iter().find(|c| c["name"] == name).unwrap();
+        let k = vec1(&c["params"]["k"]);
+        let (n, _, pairs) = mat(&c["inputs"]["pairs"]);
+        let got: Vec<f64> = (0..n).map(|i| series_error(pairs[2 * i], pairs[2 * i + 1], &k)).collect();
+        close64(&got, &vec1(&c["expected"]["E_N"]), 1e-12, name);
+        let got: Vec<f64> = (0..n).map(|i| k0(pairs[2 * i], pairs[2 * i + 1])).collect();
+        close64(&got, &vec1(&c["expected"]["k0"]), 1e-12, name);
+    }
+}
+
+#[test]
+fn greedy_k_fit_matches_golden_including_edge_cases() {
+    let cases = load("chi2.json");
+    for c in cases.iter().filter(|c| c["name"].as_str().unwrap().starts_with("greedy_")) {
+        let name = c["name"].as_str().unwrap();
+        let (_, _, sample) = mat(&c["inputs"]["sample"]);
+        let n = c["params"]["N"].as_u64().unwrap() as usize;
+        let fit = fit_k(sample.iter().copied(), n, c["params"]["B"].as_u64().unwrap() as usize);
+        let e = &c["expected"];
+        close64(&fit.k, &vec1(&e["k"]), 1e-12, name);
+        assert_eq!(fit.n_positive as u64, e["n_positive"].as_u64().unwrap(), "{name}");
+        if let Some(b) = e.get("b_star") {
+            let want: Vec<usize> = vec1(b).iter().map(|&v| v as usize).collect();
+            assert_eq!(fit.b_star, want, "{name}: b_star");
+            let counts: Vec<u64> = vec1(&e["bin_counts"]).iter().map(|&v| v as u64).collect();
+            assert_eq!(fit.counts, counts, "{name}: bin counts");
+            close64(&[fit.lo, fit.hi], &[e["lo"].as_f64().unwrap(), e["hi"].as_f64().unwrap()], 1e-12, name);
+        }
+    }
+}
+
+#[test]
+fn chebyshev_coefficients_and_map_match_golden() {
+    let cases = load("chi2.json");
+    let c = cases.iter().find(|c| c["name"] == "chebyshev_Q8").unwrap();
+    let q = c["params"]["Q"].as_u64().unwrap() as usize;
+    let xs = vec1(&c["inputs"]["x_scalars"]);
+    let (_, _, want) = mat(&c["expected"]["d"]);
+    let mut got = Vec::new();
+    for &x in &xs {
+        let mut d = vec![0.0; q];
+        chebyshev_coefficients(x, &mut d);
+        got.extend(d);
+    }
+    close64(&got, &want, 1e-12, "d_q");
+    let (rows, d, x) = mat(&c["inputs"]["X"]);
+    let m = Chi2Chebyshev { d, q };
+    let mut psi = vec![0f32; rows * d * q];
+    m.map(&f32s(&x), rows, &mut psi);
+    let exp = mat(&c["expected"]["Psi"]).2;
+    let scale = exp.iter().fold(0.0f64, |a, v| a.max(v.abs()));
+    close_abs(&psi, &exp, 1e-6 * scale, "Psi");
+}
+
+#[test]
+fn exp_chi2_chain_matches_golden() {
+    let cases = load("chi2.json");
+    for name in ["exp_chi2_chain_cos_sin", "exp_chi2_chain_cos"] {
+        let c = cases.iter().find(|c| c["name"] == name).unwrap();
+        let p = &c["params"];
+        let (rows, d, x) = mat(&c["inputs"]["X"]);
+        let k = vec1(&p["k"]);
+        let m = ExpChi2 { series: Chi2Series { d, k: k.clone() }, rff: rff_of(p, d * k.len()) };
+        let mut got = vec![0f32; rows * m.output_dim()];
+        m.map(&f32s(&x), rows, &mut got);
+        let exp = mat(&c["expected"]["Z"]).2;
+        close_abs(&got, &exp, 1e-5 * exp.iter().fold(1.0f64, |a, v| a.max(v.abs())), name);
+    }
 }

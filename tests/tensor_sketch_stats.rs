@@ -24,11 +24,7 @@ fn exact_var(x: &[f64], y: &[f64], p: i32, dim: usize) -> f64 {
     let t1 = dot(x, x) * dot(y, y) - q;
     let t2 = t0 - q;
     let d = dim as f64;
-    let rho = if dim.is_multiple_of(2) {
-        2.0 / (d * d)
-    } else {
-        1.0 / (d * d)
-    };
+    let rho = if dim.is_multiple_of(2) { 2.0 / (d * d) } else { 1.0 / (d * d) };
     ((t0 + t1).powi(p) + (t0 + t2).powi(p) - 2.0 * t0.powi(p)) / d
         + rho * ((t0 + t1 + t2).powi(p) - (t0 + t1).powi(p) - (t0 + t2).powi(p) + t0.powi(p))
 }
@@ -43,11 +39,7 @@ fn samples(kernel: PolyKernel, x: &[f32], y: &[f32], dim: usize, seeds: u64) -> 
         .map(|s| {
             let ts = TensorSketch::draw(kernel, d, dim, &mut StageRng::new(1000 + s, 0));
             ts.map(&rows, 2, &mut z);
-            z[..dim]
-                .iter()
-                .zip(&z[dim..])
-                .map(|(&a, &b)| f64::from(a) * f64::from(b))
-                .sum()
+            z[..dim].iter().zip(&z[dim..]).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum()
         })
         .collect()
 }
@@ -55,10 +47,7 @@ fn samples(kernel: PolyKernel, x: &[f32], y: &[f32], dim: usize, seeds: u64) -> 
 fn mean_var(v: &[f64]) -> (f64, f64) {
     let n = v.len() as f64;
     let m = v.iter().sum::<f64>() / n;
-    (
-        m,
-        v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0),
-    )
+    (m, v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0))
 }
 
 /// x' = [√γ x; √c] in f64, the vector the variance formula is written for.
@@ -72,24 +61,11 @@ fn augmented(k: &PolyKernel, x: &[f32]) -> Vec<f64> {
 
 #[test]
 fn fft_path_equals_the_count_sketch_of_the_explicit_tensor_power() {
-    for (p, dim, d, offset) in [
-        (1u32, 8usize, 5usize, 0.0),
-        (2, 8, 4, 0.0),
-        (2, 7, 3, 1.5),
-        (3, 16, 4, 0.0),
-        (3, 5, 3, 2.0),
-    ] {
-        let kernel = PolyKernel {
-            degree: p,
-            gamma: 0.7,
-            offset,
-        };
-        let ts = TensorSketch::draw(
-            kernel,
-            d,
-            dim,
-            &mut StageRng::new(p as u64 * 31 + dim as u64, 3),
-        );
+    for (p, dim, d, offset) in
+        [(1u32, 8usize, 5usize, 0.0), (2, 8, 4, 0.0), (2, 7, 3, 1.5), (3, 16, 4, 0.0), (3, 5, 3, 2.0)]
+    {
+        let kernel = PolyKernel { degree: p, gamma: 0.7, offset };
+        let ts = TensorSketch::draw(kernel, d, dim, &mut StageRng::new(p as u64 * 31 + dim as u64, 3));
         let x = vector(p as u64 + 7, d);
         let mut got = vec![0f32; dim];
         ts.map(&x, 1, &mut got);
@@ -110,25 +86,14 @@ fn fft_path_equals_the_count_sketch_of_the_explicit_tensor_power() {
             want[h % dim] += s * v;
         }
         let l1: f64 = xp.iter().map(|v| v.abs()).sum();
-        let err = got
-            .iter()
-            .zip(&want)
-            .map(|(&a, b)| (f64::from(a) - b).abs())
-            .fold(0.0, f64::max);
-        assert!(
-            err <= 1e-5 * l1.powi(p as i32),
-            "p={p} D={dim}: error {err:e}"
-        );
+        let err = got.iter().zip(&want).map(|(&a, b)| (f64::from(a) - b).abs()).fold(0.0, f64::max);
+        assert!(err <= 1e-5 * l1.powi(p as i32), "p={p} D={dim}: error {err:e}");
     }
 }
 
 #[test]
 fn homogeneous_of_degree_p() {
-    let kernel = PolyKernel {
-        degree: 3,
-        gamma: 1.0,
-        offset: 0.0,
-    };
+    let kernel = PolyKernel { degree: 3, gamma: 1.0, offset: 0.0 };
     let ts = TensorSketch::draw(kernel, 10, 64, &mut StageRng::new(5, 0));
     let x = vector(1, 10);
     let ax: Vec<f32> = x.iter().map(|v| v * 2.0).collect();
@@ -137,10 +102,7 @@ fn homogeneous_of_degree_p() {
     ts.map(&ax, 1, &mut z2);
     let scale = z1.iter().fold(0f32, |m, v| m.max(v.abs()));
     for (a, b) in z1.iter().zip(&z2) {
-        assert!(
-            (a * 8.0 - b).abs() <= 1e-5 * 8.0 * scale.max(1.0),
-            "{a} {b}"
-        );
+        assert!((a * 8.0 - b).abs() <= 1e-5 * 8.0 * scale.max(1.0), "{a} {b}");
     }
 }
 
@@ -148,37 +110,19 @@ fn homogeneous_of_degree_p() {
 fn unbiased_with_the_exact_variance_over_20000_seeds() {
     let seeds = 20_000;
     let x = vector(11, 20);
-    let y: Vec<f32> = vector(12, 20)
-        .iter()
-        .zip(&x)
-        .map(|(a, b)| 0.6 * b + 0.4 * a)
-        .collect();
-    for (p, dim, offset, gamma) in [
-        (1u32, 64usize, 0.0, 1.0),
-        (2, 64, 0.0, 1.0),
-        (2, 33, 1.0, 0.5),
-        (3, 128, 0.0, 1.0),
-        (3, 64, 1.0, 0.25),
-    ] {
-        let kernel = PolyKernel {
-            degree: p,
-            gamma,
-            offset,
-        };
+    let y: Vec<f32> = vector(12, 20).iter().zip(&x).map(|(a, b)| 0.6 * b + 0.4 * a).collect();
+    for (p, dim, offset, gamma) in
+        [(1u32, 64usize, 0.0, 1.0), (2, 64, 0.0, 1.0), (2, 33, 1.0, 0.5), (3, 128, 0.0, 1.0), (3, 64, 1.0, 0.25)]
+    {
+        let kernel = PolyKernel { degree: p, gamma, offset };
         let (xa, ya) = (augmented(&kernel, &x), augmented(&kernel, &y));
         let exact = kernel.eval(&x, &y);
         let var = exact_var(&xa, &ya, p as i32, dim);
         let (m, v) = mean_var(&samples(kernel, &x, &y, dim, seeds));
         let tol = 5.0 * (var / seeds as f64).sqrt();
-        assert!(
-            (m - exact).abs() <= tol,
-            "p={p} D={dim} c={offset}: mean {m} vs {exact} (tol {tol:e})"
-        );
+        assert!((m - exact).abs() <= tol, "p={p} D={dim} c={offset}: mean {m} vs {exact} (tol {tol:e})");
         let ratio = v / var;
-        assert!(
-            (0.85..=1.15).contains(&ratio),
-            "p={p} D={dim}: variance ratio {ratio}"
-        );
+        assert!((0.85..=1.15).contains(&ratio), "p={p} D={dim}: variance ratio {ratio}");
         // The test can fail: a bias of one standard error of a single draw would show.
         assert!(tol < 0.1 * var.sqrt());
     }
@@ -190,18 +134,11 @@ fn error_falls_like_one_over_sqrt_d() {
     let x = vector(21, 20);
     let y = vector(22, 20);
     for p in [2u32, 3] {
-        let kernel = PolyKernel {
-            degree: p,
-            gamma: 1.0,
-            offset: 0.5,
-        };
+        let kernel = PolyKernel { degree: p, gamma: 1.0, offset: 0.5 };
         let (_, v1) = mean_var(&samples(kernel, &x, &y, 32, seeds));
         let (_, v4) = mean_var(&samples(kernel, &x, &y, 128, seeds));
         let ratio = v1 / v4;
-        assert!(
-            (2.5..=6.5).contains(&ratio),
-            "p={p}: Var(D)/Var(4D) = {ratio}"
-        );
+        assert!((2.5..=6.5).contains(&ratio), "p={p}: Var(D)/Var(4D) = {ratio}");
     }
 }
 
@@ -210,16 +147,10 @@ fn worst_case_constant_bounds_the_exact_variance() {
     // x = y with mass spread thin is the worst case; V_p(D) ≤ (3^p − 1)/D.
     for p in 1..=5 {
         for dim in [16usize, 17, 256] {
-            let x: Vec<f64> = (0..50)
-                .map(|i| if i % 2 == 0 { 0.1 } else { -0.1 })
-                .collect();
+            let x: Vec<f64> = (0..50).map(|i| if i % 2 == 0 { 0.1 } else { -0.1 }).collect();
             let n2 = dot(&x, &x);
             let d = dim as f64;
-            let rho = if dim.is_multiple_of(2) {
-                2.0 / (d * d)
-            } else {
-                1.0 / (d * d)
-            };
+            let rho = if dim.is_multiple_of(2) { 2.0 / (d * d) } else { 1.0 / (d * d) };
             let vp = (2f64.powi(p + 1) - 2.0) / d + rho * (3f64.powi(p) - 2f64.powi(p + 1) + 1.0);
             assert!(exact_var(&x, &x, p, dim) <= vp * n2.powi(2 * p) * (1.0 + 1e-12));
             assert!(vp <= (3f64.powi(p) - 1.0) / d + 1e-15);

@@ -25,13 +25,7 @@ pub struct Args {
 
 pub fn run(a: Args) -> Result<()> {
     let model = Model::load(&a.model)?;
-    let ev = evaluate(
-        &model,
-        &a.input,
-        a.chunk_rows.max(1),
-        super::threads(a.threads),
-        true,
-    )?;
+    let ev = evaluate(&model, &a.input, a.chunk_rows.max(1), super::threads(a.threads), true)?;
     let text = if a.json {
         serde_json::to_string_pretty(&ev).map_err(|e| Error::Numerical(e.to_string()))? + "\n"
     } else {

@@ -28,41 +28,23 @@ pub fn run(a: Args) -> Result<()> {
         h.version,
         h.written_by
     );
-    s += &format!(
-        "task: {:?}, trained on {} rows, seed {}\n",
-        h.task, h.rows, h.seed
-    );
+    s += &format!("task: {:?}, trained on {} rows, seed {}\n", h.task, h.rows, h.seed);
     let f = &h.features;
     let cols = if f.list {
         format!("list column '{}'", f.columns[0])
     } else if f.columns.len() > 6 {
-        format!(
-            "{} … {} ({} columns)",
-            f.columns[..3].join(", "),
-            f.columns[f.columns.len() - 1],
-            f.columns.len()
-        )
+        format!("{} … {} ({} columns)", f.columns[..3].join(", "), f.columns[f.columns.len() - 1], f.columns.len())
     } else {
         f.columns.join(", ")
     };
     s += &format!("features: d = {}, {cols}\n", f.dim);
     if let Some(c) = &h.classes {
-        s += &format!(
-            "classes ({}): {}\n",
-            c.len(),
-            (0..c.len())
-                .map(|k| c.name(k))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
+        s += &format!("classes ({}): {}\n", c.len(), (0..c.len()).map(|k| c.name(k)).collect::<Vec<_>>().join(", "));
     } else {
         s += &format!("targets: {}\n", h.targets.join(", "));
     }
     for (i, st) in h.stages.iter().enumerate() {
-        s += &format!(
-            "stage {i}: {}\n",
-            serde_json::to_string(st).unwrap_or_default()
-        );
+        s += &format!("stage {i}: {}\n", serde_json::to_string(st).unwrap_or_default());
     }
     s += &format!(
         "features D = {}, PCA components {} (asked {}), outputs {}\n",
@@ -71,11 +53,7 @@ pub fn run(a: Args) -> Result<()> {
     s += &format!(
         "lambda: {}{}\n",
         crate::pipeline::train::lambda_text(&h.lambdas),
-        if h.gcv.is_some() {
-            " (GCV)"
-        } else {
-            " (fixed)"
-        }
+        if h.gcv.is_some() { " (GCV)" } else { " (fixed)" }
     );
     let ev = &model.eigenvalues;
     let total: f64 = ev.iter().sum();

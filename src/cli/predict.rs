@@ -39,8 +39,5 @@ pub fn run(a: Args) -> Result<()> {
         progress: true,
     };
     let rows = predict(&model, &a.input, &a.output, &opts)?;
-    super::print_out(&format!(
-        "{rows} predictions written to {}\n",
-        a.output.display()
-    ))
+    super::print_out(&format!("{rows} predictions written to {}\n", a.output.display()))
 }

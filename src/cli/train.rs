@@ -50,27 +50,13 @@ pub fn run(a: Args) -> Result<()> {
         crate::pipeline::train::lambda_text(&h.lambdas)
     );
     if !spec.data.test.is_empty() {
-        match evaluate(
-            &model,
-            &spec.data.test,
-            spec.run.chunk_rows,
-            spec.threads(),
-            !quiet,
-        )? {
+        match evaluate(&model, &spec.data.test, spec.run.chunk_rows, spec.threads(), !quiet)? {
             Evaluation::Classification { rows, accuracy, .. } => {
                 out += &format!("test accuracy: {:.4} ({rows} rows)\n", accuracy);
             }
-            Evaluation::Regression {
-                rows,
-                targets,
-                rmse,
-                r2,
-            } => {
+            Evaluation::Regression { rows, targets, rmse, r2 } => {
                 for (k, t) in targets.iter().enumerate() {
-                    out += &format!(
-                        "test {t}: rmse {:.6}, r2 {:.6} ({rows} rows)\n",
-                        rmse[k], r2[k]
-                    );
+                    out += &format!("test {t}: rmse {:.6}, r2 {:.6} ({rows} rows)\n", rmse[k], r2[k]);
                 }
             }
         }
@@ -88,11 +74,5 @@ pub fn run(a: Args) -> Result<()> {
 /// Peak resident set size of this process, from /proc (Linux only).
 fn peak_rss_kib() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
+    status.lines().find(|l| l.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse().ok()
 }

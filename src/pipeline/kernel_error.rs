@@ -10,35 +10,9 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::pipeline::spec::PipelineSpec;
-use crate::pipeline::train::stream;
-use crate::rng::StageRng;
+use crate::pipeline::train::reservoir;
 use crate::sketch::{Stage, StageSpec};
-use crate::source::{Chunk, Dataset};
-
-/// A uniform sample of `n` rows (reservoir sampling, Algorithm R) in input order of
-/// arrival; returns the rows (`m × d`, `m ≤ n`).
-pub fn reservoir(dataset: &Dataset, n: usize, seed: u64, chunk_rows: usize) -> Result<Vec<f32>> {
-    let d = dataset.dim();
-    let mut rng = StageRng::new(seed, u64::MAX);
-    let mut keep: Vec<f32> = Vec::with_capacity(n * d);
-    let mut seen: u64 = 0;
-    stream(dataset, &dataset.units(), chunk_rows, &mut |ch: Chunk| {
-        for r in 0..ch.rows {
-            let row = &ch.x[r * d..(r + 1) * d];
-            if (seen as usize) < n {
-                keep.extend_from_slice(row);
-            } else {
-                let j = (rng.uniform() * (seen + 1) as f64) as u64;
-                if (j as usize) < n {
-                    keep[j as usize * d..(j as usize + 1) * d].copy_from_slice(row);
-                }
-            }
-            seen += 1;
-        }
-        Ok(())
-    })?;
-    Ok(keep)
-}
+use crate::source::Dataset;
 
 /// Errors of one stage at one dimension.
 #[derive(Debug, Clone, Serialize)]
@@ -90,13 +64,7 @@ struct Sample<'a> {
     exact: &'a [f64],
 }
 
-fn measure(
-    spec: &StageSpec,
-    index: usize,
-    sample: &Sample,
-    seeds: usize,
-    base_seed: u64,
-) -> StageError {
+fn measure(spec: &StageSpec, index: usize, sample: &Sample, seeds: usize, base_seed: u64) -> StageError {
     let Sample { x, n, d, exact } = *sample;
     let w2 = spec.weight() * spec.weight();
     let xn = normalized(spec, x, d);
@@ -125,11 +93,8 @@ fn measure(
         mean_abs += abs / exact.len() as f64;
     }
     let m = nrms.iter().sum::<f64>() / seeds as f64;
-    let sd = if seeds > 1 {
-        (nrms.iter().map(|v| (v - m).powi(2)).sum::<f64>() / (seeds - 1) as f64).sqrt()
-    } else {
-        0.0
-    };
+    let sd =
+        if seeds > 1 { (nrms.iter().map(|v| (v - m).powi(2)).sum::<f64>() / (seeds - 1) as f64).sqrt() } else { 0.0 };
     StageError {
         stage: index,
         spec: spec.clone(),
@@ -152,43 +117,26 @@ pub fn kernel_error(
     sweep: bool,
 ) -> Result<KernelErrorReport> {
     if sample < 2 || seeds == 0 {
-        return Err(Error::config(
-            "command line",
-            "--sample/--seeds",
-            "need at least 2 rows and 1 seed",
-        ));
+        return Err(Error::config("command line", "--sample/--seeds", "need at least 2 rows and 1 seed"));
     }
-    let files = if inputs.is_empty() {
-        &spec.data.train
-    } else {
-        inputs
-    };
+    let files = if inputs.is_empty() { &spec.data.train } else { inputs };
     let mut cols = spec.columns();
     cols.label = None;
     cols.targets.clear();
     let ds = Dataset::open(files, cols)?;
     let d = ds.dim();
-    let x = reservoir(&ds, sample, spec.run.seed, spec.run.chunk_rows)?;
+    let x = reservoir(&ds, sample, spec.run.seed, spec.run.chunk_rows, &mut |_| Ok(()))?;
     let n = x.len() / d;
     let mut stages = Vec::new();
     let mut curve = Vec::new();
     for (i, st) in spec.stages.iter().enumerate() {
+        let st = &st.fit(&x, d, spec.run.seed, i);
         let xn = normalized(st, &x, d);
         let k = st.kernel();
         let exact: Vec<f64> = (0..n * n)
-            .map(|ij| {
-                k.eval(
-                    &xn[(ij / n) * d..(ij / n + 1) * d],
-                    &xn[(ij % n) * d..(ij % n + 1) * d],
-                )
-            })
+            .map(|ij| k.eval(&xn[(ij / n) * d..(ij / n + 1) * d], &xn[(ij % n) * d..(ij % n + 1) * d]))
             .collect();
-        let smp = Sample {
-            x: &x,
-            n,
-            d,
-            exact: &exact,
-        };
+        let smp = Sample { x: &x, n, d, exact: &exact };
         stages.push(measure(st, i, &smp, seeds, spec.run.seed));
         if sweep {
             if let Some(full) = st.dim() {
@@ -202,19 +150,11 @@ pub fn kernel_error(
             }
         }
     }
-    Ok(KernelErrorReport {
-        rows: n,
-        seeds,
-        stages,
-        sweep: curve,
-    })
+    Ok(KernelErrorReport { rows: n, seeds, stages, sweep: curve })
 }
 
 fn kind_name(s: &StageSpec) -> String {
-    serde_json::to_value(s)
-        .ok()
-        .and_then(|v| v["kind"].as_str().map(String::from))
-        .unwrap_or_default()
+    serde_json::to_value(s).ok().and_then(|v| v["kind"].as_str().map(String::from)).unwrap_or_default()
 }
 
 impl KernelErrorReport {
@@ -258,9 +198,7 @@ impl KernelErrorReport {
         let x1 = x1.max(x0 + 1.0);
         let px = |x: f64| m + (x - x0) / (x1 - x0) * (w - 2.0 * m);
         let py = |y: f64| h - m - (y - y0) / (y1 - y0) * (h - 2.0 * m);
-        let colors = [
-            "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf",
-        ];
+        let colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf"];
         let mut s = format!(
             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
              <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
@@ -269,18 +207,8 @@ impl KernelErrorReport {
             self.rows,
             self.seeds
         );
-        let _ = writeln!(
-            s,
-            "<line x1=\"{m}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>",
-            h - m,
-            w - m,
-            h - m
-        );
-        let _ = writeln!(
-            s,
-            "<line x1=\"{m}\" y1=\"{m}\" x2=\"{m}\" y2=\"{}\" stroke=\"black\"/>",
-            h - m
-        );
+        let _ = writeln!(s, "<line x1=\"{m}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>", h - m, w - m, h - m);
+        let _ = writeln!(s, "<line x1=\"{m}\" y1=\"{m}\" x2=\"{m}\" y2=\"{}\" stroke=\"black\"/>", h - m);
         let mut xt = x0.ceil() as i64;
         while (xt as f64) <= x1 {
             let _ = writeln!(
@@ -302,12 +230,8 @@ impl KernelErrorReport {
             );
             yt += 1;
         }
-        let _ = writeln!(
-            s,
-            "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">output dimension D</text>",
-            w / 2.0,
-            h - 15.0
-        );
+        let _ =
+            writeln!(s, "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">output dimension D</text>", w / 2.0, h - 15.0);
         let _ = writeln!(
             s,
             "<text x=\"15\" y=\"{}\" transform=\"rotate(-90 15 {})\" text-anchor=\"middle\">NRMS ‖K̂−K‖/‖K‖</text>",
@@ -321,13 +245,7 @@ impl KernelErrorReport {
             let line: Vec<String> = pts
                 .iter()
                 .filter(|e| e.stage == *st)
-                .map(|e| {
-                    format!(
-                        "{:.1},{:.1}",
-                        px((e.dim as f64).log2()),
-                        py(e.nrms_mean.log10())
-                    )
-                })
+                .map(|e| format!("{:.1},{:.1}", px((e.dim as f64).log2()), py(e.nrms_mean.log10())))
                 .collect();
             let _ = writeln!(
                 s,
@@ -338,11 +256,7 @@ impl KernelErrorReport {
                 let (a, b) = p.split_once(',').unwrap_or(("0", "0"));
                 let _ = writeln!(s, "<circle cx=\"{a}\" cy=\"{b}\" r=\"3\" fill=\"{c}\"/>");
             }
-            let name = pts
-                .iter()
-                .find(|e| e.stage == *st)
-                .map(|e| kind_name(&e.spec))
-                .unwrap_or_default();
+            let name = pts.iter().find(|e| e.stage == *st).map(|e| kind_name(&e.spec)).unwrap_or_default();
             let _ = writeln!(
                 s,
                 "<text x=\"{}\" y=\"{}\" fill=\"{c}\">stage {st}: {name}</text>",

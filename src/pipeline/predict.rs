@@ -14,15 +14,10 @@ use crate::atomic::AtomicFile;
 use crate::error::{Error, Location, Result};
 use crate::model::Model;
 use crate::pipeline::spec::Task;
-use crate::pipeline::train::{progress, stream};
+use crate::pipeline::train::{check_nonnegative, progress, stream};
 use crate::source::{Chunk, Classes, ColumnSpec, Dataset, FeatureColumns};
 
-fn open_for(
-    model: &Model,
-    inputs: &[PathBuf],
-    with_truth: bool,
-    keep: &[String],
-) -> Result<Dataset> {
+fn open_for(model: &Model, inputs: &[PathBuf], with_truth: bool, keep: &[String]) -> Result<Dataset> {
     let f = &model.header.features;
     let features = if f.list {
         FeatureColumns::List(f.columns[0].clone())
@@ -31,27 +26,15 @@ fn open_for(
     };
     let spec = ColumnSpec {
         features,
-        label: if with_truth {
-            model.header.label.clone()
-        } else {
-            None
-        },
-        targets: if with_truth {
-            model.header.targets.clone()
-        } else {
-            Vec::new()
-        },
+        label: if with_truth { model.header.label.clone() } else { None },
+        targets: if with_truth { model.header.targets.clone() } else { Vec::new() },
         keep: keep.to_vec(),
     };
     let ds = Dataset::open(inputs, spec)?;
     if ds.dim() != f.dim {
         return Err(Error::data(
             Location::file(&ds.files[0].path).column(f.columns[0].clone()),
-            format!(
-                "the input has {} features but the model was trained on {}",
-                ds.dim(),
-                f.dim
-            ),
+            format!("the input has {} features but the model was trained on {}", ds.dim(), f.dim),
         ));
     }
     Ok(ds)
@@ -93,41 +76,19 @@ impl Evaluation {
     /// A human-readable report.
     pub fn to_text(&self) -> String {
         match self {
-            Evaluation::Classification {
-                rows,
-                accuracy,
-                classes,
-                confusion,
-                precision,
-                recall,
-            } => {
-                let mut s = format!(
-                    "rows: {rows}\naccuracy: {:.4}\n\nclass  precision  recall  support\n",
-                    accuracy
-                );
+            Evaluation::Classification { rows, accuracy, classes, confusion, precision, recall } => {
+                let mut s = format!("rows: {rows}\naccuracy: {:.4}\n\nclass  precision  recall  support\n", accuracy);
                 for (k, name) in classes.iter().enumerate() {
                     let support: u64 = confusion[k].iter().sum();
-                    s += &format!(
-                        "{name:>5}  {:>9.4}  {:>6.4}  {support:>7}\n",
-                        precision[k], recall[k]
-                    );
+                    s += &format!("{name:>5}  {:>9.4}  {:>6.4}  {support:>7}\n", precision[k], recall[k]);
                 }
                 s += "\nconfusion (rows: true class, columns: predicted)\n";
                 for (k, row) in confusion.iter().enumerate() {
-                    s += &format!(
-                        "{:>5} {}\n",
-                        classes[k],
-                        row.iter().map(|v| format!("{v:>6}")).collect::<String>()
-                    );
+                    s += &format!("{:>5} {}\n", classes[k], row.iter().map(|v| format!("{v:>6}")).collect::<String>());
                 }
                 s
             }
-            Evaluation::Regression {
-                rows,
-                targets,
-                rmse,
-                r2,
-            } => {
+            Evaluation::Regression { rows, targets, rmse, r2 } => {
                 let mut s = format!("rows: {rows}\n");
                 for (k, t) in targets.iter().enumerate() {
                     s += &format!("{t}: rmse {:.6} r2 {:.6}\n", rmse[k], r2[k]);
@@ -156,13 +117,11 @@ pub fn evaluate(
     let (mut sse, mut sum, mut sumsq) = (vec![0.0; c], vec![0.0; c], vec![0.0; c]);
     let mut rows = 0u64;
     stream(&ds, &ds.units(), chunk_rows, &mut |ch: Chunk| {
+        check_nonnegative(&model.pipeline, &ch, &model.header.features)?;
         let scores = model.scores(&ch.x, ch.rows, &mut z, threads);
         match (&h.task, &h.classes) {
             (Task::Classification, Some(classes)) => {
-                let loc = ch
-                    .location
-                    .clone()
-                    .column(h.label.clone().unwrap_or_default());
+                let loc = ch.location.clone().column(h.label.clone().unwrap_or_default());
                 let truth = classes.encode(ch.labels.as_ref().expect("label column read"), &loc)?;
                 for (t, p) in truth.iter().zip(model.classify(&scores)) {
                     confusion[*t as usize][p] += 1;
@@ -196,9 +155,7 @@ pub fn evaluate(
                 precision: (0..ncls)
                     .map(|k| ratio(confusion[k][k], (0..ncls).map(|t| confusion[t][k]).sum()))
                     .collect(),
-                recall: (0..ncls)
-                    .map(|k| ratio(confusion[k][k], confusion[k].iter().sum()))
-                    .collect(),
+                recall: (0..ncls).map(|k| ratio(confusion[k][k], confusion[k].iter().sum())).collect(),
                 confusion,
             }
         }
@@ -236,39 +193,22 @@ pub struct PredictOptions {
 }
 
 /// Writes predictions for `inputs` to the Parquet file `output`, atomically.
-pub fn predict(
-    model: &Model,
-    inputs: &[PathBuf],
-    output: &Path,
-    opts: &PredictOptions,
-) -> Result<u64> {
+pub fn predict(model: &Model, inputs: &[PathBuf], output: &Path, opts: &PredictOptions) -> Result<u64> {
     let h = &model.header;
     let ds = open_for(model, inputs, false, &opts.keep)?;
     let mut fields: Vec<Field> = Vec::new();
     for k in &opts.keep {
-        let f = ds.files[0]
-            .schema()
-            .fields()
-            .iter()
-            .find(|f| f.name() == k)
-            .map(|f| f.as_ref().clone())
-            .ok_or_else(|| {
-                Error::data(
-                    Location::file(&ds.files[0].path).column(k.clone()),
-                    "kept column not found",
-                )
-            })?;
+        let f =
+            ds.files[0].schema().fields().iter().find(|f| f.name() == k).map(|f| f.as_ref().clone()).ok_or_else(
+                || Error::data(Location::file(&ds.files[0].path).column(k.clone()), "kept column not found"),
+            )?;
         fields.push(f);
     }
     let c = h.outputs;
     let pred_names: Vec<String> = match h.task {
         Task::Classification => vec!["prediction".into()],
         Task::Regression if c == 1 => vec!["prediction".into()],
-        Task::Regression => h
-            .targets
-            .iter()
-            .map(|t| format!("prediction_{t}"))
-            .collect(),
+        Task::Regression => h.targets.iter().map(|t| format!("prediction_{t}")).collect(),
     };
     let score_names: Vec<String> = match (&h.classes, opts.scores) {
         (Some(cl), true) if c == 1 => vec![format!("score_{}", cl.name(1))],
@@ -288,75 +228,45 @@ pub fn predict(
                 format!("kept column '{n}' clashes with an output column"),
             ));
         }
-        fields.push(Field::new(
-            n,
-            if score_names.contains(n) {
-                DataType::Float64
-            } else {
-                pred_type.clone()
-            },
-            false,
-        ));
+        fields.push(Field::new(n, if score_names.contains(n) { DataType::Float64 } else { pred_type.clone() }, false));
     }
     let schema = Arc::new(Schema::new(fields));
     let mut out = AtomicFile::create(output)?;
-    let mut writer =
-        ArrowWriter::try_new(out.take_file(), schema.clone(), None).map_err(|source| {
-            Error::Parquet {
-                location: Location::file(output),
-                source,
-            }
-        })?;
+    let mut writer = ArrowWriter::try_new(out.take_file(), schema.clone(), None)
+        .map_err(|source| Error::Parquet { location: Location::file(output), source })?;
     let bar = progress(ds.total_rows(), "predict", opts.progress);
     let mut z = Vec::new();
     let mut rows = 0u64;
     stream(&ds, &ds.units(), opts.chunk_rows, &mut |ch: Chunk| {
+        check_nonnegative(&model.pipeline, &ch, &model.header.features)?;
         let scores = model.scores(&ch.x, ch.rows, &mut z, opts.threads);
         let mut cols: Vec<ArrayRef> = ch.keep.clone();
         match &h.classes {
             Some(classes) => {
                 let idx = model.classify(&scores);
                 cols.push(match classes {
-                    Classes::Int(v) => {
-                        Arc::new(Int64Array::from_iter_values(idx.iter().map(|&k| v[k])))
-                    }
-                    Classes::Str(v) => Arc::new(StringArray::from_iter_values(
-                        idx.iter().map(|&k| v[k].as_str()),
-                    )),
+                    Classes::Int(v) => Arc::new(Int64Array::from_iter_values(idx.iter().map(|&k| v[k]))),
+                    Classes::Str(v) => Arc::new(StringArray::from_iter_values(idx.iter().map(|&k| v[k].as_str()))),
                 });
                 for k in 0..score_names.len() {
-                    cols.push(Arc::new(Float64Array::from_iter_values(
-                        (0..ch.rows).map(|r| scores[r * c + k]),
-                    )));
+                    cols.push(Arc::new(Float64Array::from_iter_values((0..ch.rows).map(|r| scores[r * c + k]))));
                 }
             }
             None => {
                 for k in 0..c {
-                    cols.push(Arc::new(Float64Array::from_iter_values(
-                        (0..ch.rows).map(|r| scores[r * c + k]),
-                    )));
+                    cols.push(Arc::new(Float64Array::from_iter_values((0..ch.rows).map(|r| scores[r * c + k]))));
                 }
             }
         }
-        let batch = RecordBatch::try_new(schema.clone(), cols).map_err(|e| {
-            Error::data(
-                ch.location.clone(),
-                format!("cannot assemble output rows: {e}"),
-            )
-        })?;
-        writer.write(&batch).map_err(|source| Error::Parquet {
-            location: Location::file(output),
-            source,
-        })?;
+        let batch = RecordBatch::try_new(schema.clone(), cols)
+            .map_err(|e| Error::data(ch.location.clone(), format!("cannot assemble output rows: {e}")))?;
+        writer.write(&batch).map_err(|source| Error::Parquet { location: Location::file(output), source })?;
         rows += ch.rows as u64;
         bar.inc(ch.rows as u64);
         Ok(())
     })?;
     bar.finish_and_clear();
-    writer.close().map_err(|source| Error::Parquet {
-        location: Location::file(output),
-        source,
-    })?;
+    writer.close().map_err(|source| Error::Parquet { location: Location::file(output), source })?;
     out.commit()?;
     Ok(rows)
 }

@@ -85,10 +85,7 @@ fn default_lambda() -> LambdaValue {
 
 impl Default for RidgeSpec {
     fn default() -> Self {
-        RidgeSpec {
-            lambda: default_lambda(),
-            per_output: false,
-        }
+        RidgeSpec { lambda: default_lambda(), per_output: false }
     }
 }
 
@@ -182,9 +179,8 @@ impl PipelineSpec {
                 Error::io(path, e)
             }
         })?;
-        let mut table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
-            Error::config(&name, "-", format!("not valid TOML: {e}"))
-        })?;
+        let mut table: toml::Table =
+            text.parse().map_err(|e: toml::de::Error| Error::config(&name, "-", format!("not valid TOML: {e}")))?;
         let base = path.parent().unwrap_or(Path::new("."));
         resolve_paths(&mut table, base);
         for o in overrides {
@@ -200,42 +196,27 @@ impl PipelineSpec {
                 return Err(Error::config(
                     file,
                     key,
-                    format!(
-                        "unknown key; the top-level keys are {}",
-                        TOP_KEYS.join(", ")
-                    ),
+                    format!("unknown key; the top-level keys are {}", TOP_KEYS.join(", ")),
                 ));
             }
         }
-        fn section<T: serde::de::DeserializeOwned + Default>(
-            t: &mut toml::Table,
-            key: &str,
-            file: &str,
-        ) -> Result<T> {
+        fn section<T: serde::de::DeserializeOwned + Default>(t: &mut toml::Table, key: &str, file: &str) -> Result<T> {
             match t.remove(key) {
                 None => Ok(T::default()),
-                Some(v) => v.try_into().map_err(|e: toml::de::Error| {
-                    Error::config(file, key, e.message().to_string())
-                }),
+                Some(v) => v.try_into().map_err(|e: toml::de::Error| Error::config(file, key, e.message().to_string())),
             }
         }
         let task: Task = match table.remove("task") {
             None => Task::default(),
-            Some(v) => v.try_into().map_err(|_| {
-                Error::config(file, "task", "must be \"classification\" or \"regression\"")
-            })?,
+            Some(v) => {
+                v.try_into().map_err(|_| Error::config(file, "task", "must be \"classification\" or \"regression\""))?
+            }
         };
         let data: DataSpec = match table.remove("data") {
-            None => {
-                return Err(Error::config(
-                    file,
-                    "data",
-                    "missing; [data] needs at least train = [\"…\"]",
-                ))
+            None => return Err(Error::config(file, "data", "missing; [data] needs at least train = [\"…\"]")),
+            Some(v) => {
+                v.try_into().map_err(|e: toml::de::Error| Error::config(file, "data", e.message().to_string()))?
             }
-            Some(v) => v.try_into().map_err(|e: toml::de::Error| {
-                Error::config(file, "data", e.message().to_string())
-            })?,
         };
         let stages = match table.remove("stages") {
             None => Vec::new(),
@@ -244,20 +225,10 @@ impl PipelineSpec {
                 .enumerate()
                 .map(|(i, v)| match v {
                     toml::Value::Table(t) => StageSpec::from_toml(t, file, &format!("stages[{i}]")),
-                    _ => Err(Error::config(
-                        file,
-                        format!("stages[{i}]"),
-                        "each stage must be a table ([[stages]])",
-                    )),
+                    _ => Err(Error::config(file, format!("stages[{i}]"), "each stage must be a table ([[stages]])")),
                 })
                 .collect::<Result<Vec<_>>>()?,
-            Some(_) => {
-                return Err(Error::config(
-                    file,
-                    "stages",
-                    "must be an array of tables ([[stages]])",
-                ))
-            }
+            Some(_) => return Err(Error::config(file, "stages", "must be an array of tables ([[stages]])")),
         };
         let spec = PipelineSpec {
             source: file.to_string(),
@@ -275,94 +246,48 @@ impl PipelineSpec {
     fn validate(&self) -> Result<()> {
         let f = self.source.as_str();
         if self.stages.is_empty() {
-            return Err(Error::config(
-                f,
-                "stages",
-                "no sketch stages; add at least one [[stages]] table",
-            ));
+            return Err(Error::config(f, "stages", "no sketch stages; add at least one [[stages]] table"));
         }
         if self.data.train.is_empty() {
             return Err(Error::config(f, "data.train", "no training files given"));
         }
         if !self.data.features.is_empty() && self.data.feature_list.is_some() {
-            return Err(Error::config(
-                f,
-                "data.feature_list",
-                "give either features or feature_list, not both",
-            ));
+            return Err(Error::config(f, "data.feature_list", "give either features or feature_list, not both"));
         }
         match self.task {
             Task::Classification => {
                 if self.data.label.is_none() {
-                    return Err(Error::config(
-                        f,
-                        "data.label",
-                        "classification needs a label column",
-                    ));
+                    return Err(Error::config(f, "data.label", "classification needs a label column"));
                 }
                 if !self.data.targets.is_empty() {
-                    return Err(Error::config(
-                        f,
-                        "data.targets",
-                        "targets are for task = \"regression\"",
-                    ));
+                    return Err(Error::config(f, "data.targets", "targets are for task = \"regression\""));
                 }
             }
             Task::Regression => {
                 if self.data.targets.is_empty() {
-                    return Err(Error::config(
-                        f,
-                        "data.targets",
-                        "regression needs at least one target column",
-                    ));
+                    return Err(Error::config(f, "data.targets", "regression needs at least one target column"));
                 }
                 if self.data.label.is_some() {
-                    return Err(Error::config(
-                        f,
-                        "data.label",
-                        "label is for task = \"classification\"",
-                    ));
+                    return Err(Error::config(f, "data.label", "label is for task = \"classification\""));
                 }
             }
         }
         match (self.pca.components, self.pca.variance) {
             (Some(_), Some(_)) => {
-                return Err(Error::config(
-                    f,
-                    "pca",
-                    "give either components or variance, not both",
-                ));
+                return Err(Error::config(f, "pca", "give either components or variance, not both"));
             }
-            (Some(0), _) => {
-                return Err(Error::config(
-                    f,
-                    "pca.components",
-                    "must be ≥ 1 (omit [pca] for no PCA)",
-                ))
-            }
+            (Some(0), _) => return Err(Error::config(f, "pca.components", "must be ≥ 1 (omit [pca] for no PCA)")),
             (_, Some(v)) if !(v > 0.0 && v <= 1.0) => {
-                return Err(Error::config(
-                    f,
-                    "pca.variance",
-                    format!("must be in (0, 1], got {v}"),
-                ));
+                return Err(Error::config(f, "pca.variance", format!("must be in (0, 1], got {v}")));
             }
             _ => {}
         }
         self.lambda()?;
         if self.run.chunk_rows == 0 || self.run.chunk_rows > 1 << 22 {
-            return Err(Error::config(
-                f,
-                "run.chunk_rows",
-                "must be from 1 to 4194304",
-            ));
+            return Err(Error::config(f, "run.chunk_rows", "must be from 1 to 4194304"));
         }
         if self.run.threads > 1024 {
-            return Err(Error::config(
-                f,
-                "run.threads",
-                "must be from 0 (all cores) to 1024",
-            ));
+            return Err(Error::config(f, "run.threads", "must be from 0 (all cores) to 1024"));
         }
         Ok(())
     }
@@ -382,27 +307,15 @@ impl PipelineSpec {
         match &self.ridge.lambda {
             LambdaValue::Number(l) if l.is_finite() && *l >= 0.0 => {
                 if self.ridge.per_output {
-                    return Err(Error::config(
-                        f,
-                        "ridge.per_output",
-                        "per-output λ needs lambda = \"gcv\"",
-                    ));
+                    return Err(Error::config(f, "ridge.per_output", "per-output λ needs lambda = \"gcv\""));
                 }
                 Ok(LambdaChoice::Fixed(*l))
             }
-            LambdaValue::Number(l) => Err(Error::config(
-                f,
-                "ridge.lambda",
-                format!("must be ≥ 0 or \"gcv\", got {l}"),
-            )),
-            LambdaValue::Word(w) if w == "gcv" => Ok(LambdaChoice::Gcv {
-                per_output: self.ridge.per_output,
-            }),
-            LambdaValue::Word(w) => Err(Error::config(
-                f,
-                "ridge.lambda",
-                format!("must be a number ≥ 0 or \"gcv\", got \"{w}\""),
-            )),
+            LambdaValue::Number(l) => Err(Error::config(f, "ridge.lambda", format!("must be ≥ 0 or \"gcv\", got {l}"))),
+            LambdaValue::Word(w) if w == "gcv" => Ok(LambdaChoice::Gcv { per_output: self.ridge.per_output }),
+            LambdaValue::Word(w) => {
+                Err(Error::config(f, "ridge.lambda", format!("must be a number ≥ 0 or \"gcv\", got \"{w}\"")))
+            }
         }
     }
 
@@ -464,9 +377,7 @@ fn resolve_paths(table: &mut toml::Table, base: &Path) {
 /// Applies one `key=value` override; `value` is read as TOML (a number, bool, array,
 /// quoted string) and otherwise taken as a bare string. `stages.N.key` addresses stage N.
 pub fn apply_override(table: &mut toml::Table, item: &str) -> Result<()> {
-    let (key, raw) = item
-        .split_once('=')
-        .ok_or_else(|| Error::config("--set", item, "expected key=value"))?;
+    let (key, raw) = item.split_once('=').ok_or_else(|| Error::config("--set", item, "expected key=value"))?;
     let key = key.trim();
     let value = match format!("v = {raw}").parse::<toml::Table>() {
         Ok(mut t) => t.remove("v").unwrap_or(toml::Value::String(raw.into())),
@@ -481,22 +392,14 @@ pub fn apply_override(table: &mut toml::Table, item: &str) -> Result<()> {
         let last = i + 1 == parts.len();
         if *part == "stages" && !last {
             let idx: usize = parts[i + 1].parse().map_err(|_| {
-                Error::config(
-                    "--set",
-                    key,
-                    "stages must be followed by a stage number, e.g. stages.0.dim",
-                )
+                Error::config("--set", key, "stages must be followed by a stage number, e.g. stages.0.dim")
             })?;
             let Some(toml::Value::Array(stages)) = cur.get_mut("stages") else {
                 return Err(Error::config("--set", key, "the pipeline has no stages"));
             };
             let n = stages.len();
             let Some(toml::Value::Table(t)) = stages.get_mut(idx) else {
-                return Err(Error::config(
-                    "--set",
-                    key,
-                    format!("there are {n} stages (numbered from 0)"),
-                ));
+                return Err(Error::config("--set", key, format!("there are {n} stages (numbered from 0)")));
             };
             let rest = &parts[i + 2..];
             if rest.len() != 1 {
@@ -509,18 +412,10 @@ pub fn apply_override(table: &mut toml::Table, item: &str) -> Result<()> {
             cur.insert(part.to_string(), value);
             return Ok(());
         }
-        let entry = cur
-            .entry(part.to_string())
-            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        let entry = cur.entry(part.to_string()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
         cur = match entry {
             toml::Value::Table(t) => t,
-            _ => {
-                return Err(Error::config(
-                    "--set",
-                    key,
-                    format!("'{part}' is not a table"),
-                ))
-            }
+            _ => return Err(Error::config("--set", key, format!("'{part}' is not a table"))),
         };
     }
     Ok(())

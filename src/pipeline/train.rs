@@ -10,9 +10,10 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use crate::error::{Error, Result};
 use crate::model::{header_base, Model, ModelHeader};
 use crate::pipeline::spec::{PipelineSpec, ShiftMode, Task};
-use crate::sketch::FeaturePipeline;
+use crate::rng::StageRng;
+use crate::sketch::{FeaturePipeline, StageSpec};
 use crate::solve::{Components, Pca, RotatedProblem};
-use crate::source::{Chunk, Classes, Dataset, Unit};
+use crate::source::{Chunk, Classes, Dataset, ResolvedFeatures, Unit};
 use crate::stats::GramStats;
 
 /// Streams `units` of `dataset` through `f`, decoding on a reader thread that runs
@@ -28,10 +29,7 @@ pub fn stream(
     std::thread::scope(|scope| {
         scope.spawn(move || {
             for &unit in units {
-                let mut send = |c: Chunk| {
-                    tx.send(Ok(c))
-                        .map_err(|_| Error::Numerical("consumer stopped".into()))
-                };
+                let mut send = |c: Chunk| tx.send(Ok(c)).map_err(|_| Error::Numerical("consumer stopped".into()));
                 if let Err(e) = dataset.read_unit(unit, chunk_rows, &mut send) {
                     // A send error means the consumer has stopped: nothing more to say.
                     let _ = tx.send(Err(e));
@@ -46,17 +44,62 @@ pub fn stream(
     })
 }
 
+/// A uniform sample of `n` rows (reservoir sampling, Algorithm R) in input order of
+/// arrival; returns the rows (`m × d`, `m ≤ n`).
+pub fn reservoir(
+    dataset: &Dataset,
+    n: usize,
+    seed: u64,
+    chunk_rows: usize,
+    check: &mut dyn FnMut(&Chunk) -> Result<()>,
+) -> Result<Vec<f32>> {
+    let d = dataset.dim();
+    let mut rng = StageRng::new(seed, u64::MAX);
+    let mut keep: Vec<f32> = Vec::with_capacity(n * d);
+    let mut seen: u64 = 0;
+    stream(dataset, &dataset.units(), chunk_rows, &mut |ch: Chunk| {
+        check(&ch)?;
+        for r in 0..ch.rows {
+            let row = &ch.x[r * d..(r + 1) * d];
+            if (seen as usize) < n {
+                keep.extend_from_slice(row);
+            } else {
+                let j = (rng.uniform() * (seen + 1) as f64) as u64;
+                if (j as usize) < n {
+                    keep[j as usize * d..(j as usize + 1) * d].copy_from_slice(row);
+                }
+            }
+            seen += 1;
+        }
+        Ok(())
+    })?;
+    Ok(keep)
+}
+
+/// The first negative input of a χ² stage, as a data error naming the column and row.
+pub fn check_nonnegative(pipeline: &FeaturePipeline, ch: &Chunk, features: &ResolvedFeatures) -> Result<()> {
+    match pipeline.first_negative(&ch.x, ch.rows) {
+        None => Ok(()),
+        Some((r, j, v)) => {
+            let column =
+                if features.list { format!("{}[{j}]", features.columns[0]) } else { features.columns[j].clone() };
+            Err(Error::data(
+                ch.location.clone().column(column).row(ch.first_row + r),
+                format!("value {v} is negative; χ² stages need non-negative inputs such as histograms or counts"),
+            ))
+        }
+    }
+}
+
 /// A progress bar on stderr (hidden when stderr is not a terminal).
 pub fn progress(total_rows: u64, what: &str, enabled: bool) -> ProgressBar {
     if !enabled || !std::io::stderr().is_terminal() {
         return ProgressBar::with_draw_target(Some(total_rows), ProgressDrawTarget::hidden());
     }
     let bar = ProgressBar::with_draw_target(Some(total_rows), ProgressDrawTarget::stderr());
-    let style = ProgressStyle::with_template(
-        "{msg} [{bar:30}] {human_pos}/{human_len} rows, {per_sec}, ETA {eta}",
-    )
-    .unwrap_or_else(|_| ProgressStyle::default_bar())
-    .progress_chars("=> ");
+    let style = ProgressStyle::with_template("{msg} [{bar:30}] {human_pos}/{human_len} rows, {per_sec}, ETA {eta}")
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ");
     bar.set_style(style);
     bar.set_message(what.to_string());
     bar
@@ -102,8 +145,12 @@ pub fn train(spec: &PipelineSpec, show_progress: bool, say: &mut dyn FnMut(&str)
             let classes = dataset.scan_classes()?;
             if classes.len() < 2 {
                 return Err(Error::data(
-                    crate::error::Location::file(&dataset.files[0].path).column(spec.data.label.clone().unwrap_or_default()),
-                    format!("the label column has {} distinct value(s); classification needs at least 2", classes.len()),
+                    crate::error::Location::file(&dataset.files[0].path)
+                        .column(spec.data.label.clone().unwrap_or_default()),
+                    format!(
+                        "the label column has {} distinct value(s); classification needs at least 2",
+                        classes.len()
+                    ),
                 ));
             }
             Some(classes)
@@ -115,7 +162,31 @@ pub fn train(spec: &PipelineSpec, show_progress: bool, say: &mut dyn FnMut(&str)
         Some(k) => k.len(),
         None => spec.data.targets.len(),
     };
-    let pipeline = FeaturePipeline::build(&spec.stages, d, spec.run.seed);
+    // The pre-pass: a uniform sample fits the data-dependent stage parameters and the
+    // shift. Its check is the χ² non-negativity one, so a bad value is reported before
+    // anything is fitted.
+    let needs_nonneg = spec.stages.iter().any(StageSpec::needs_nonnegative);
+    let features = dataset.features.clone();
+    let sample = reservoir(&dataset, spec.run.sample_rows.max(1), spec.run.seed, spec.run.chunk_rows, &mut |ch| {
+        if needs_nonneg {
+            if let Some(p) = ch.x.iter().position(|&v| v < 0.0) {
+                let (r, j) = (p / d, p % d);
+                let column =
+                    if features.list { format!("{}[{j}]", features.columns[0]) } else { features.columns[j].clone() };
+                return Err(Error::data(
+                    ch.location.clone().column(column).row(ch.first_row + r),
+                    format!(
+                        "value {} is negative; χ² stages need non-negative inputs such as histograms or counts",
+                        ch.x[p]
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    })?;
+    let stages: Vec<StageSpec> =
+        spec.stages.iter().enumerate().map(|(i, s)| s.fit(&sample, d, spec.run.seed, i)).collect();
+    let pipeline = FeaturePipeline::build(&stages, d, spec.run.seed);
     let dim = pipeline.output_dim();
 
     let chunk = spec.run.chunk_rows;
@@ -131,18 +202,13 @@ pub fn train(spec: &PipelineSpec, show_progress: bool, say: &mut dyn FnMut(&str)
         dataset.total_rows(),
         dataset.files.len()
     ));
-    let limit = if spec.run.memory_limit_mib > 0 {
-        Some(spec.run.memory_limit_mib << 20)
-    } else {
-        available_memory()
-    };
+    let limit = if spec.run.memory_limit_mib > 0 { Some(spec.run.memory_limit_mib << 20) } else { available_memory() };
     if let Some(limit) = limit {
         if needed > limit {
             return Err(Error::Memory {
                 needed,
                 limit,
-                hint: "lower the stages' dim (the Gram grows as D²) or raise run.memory_limit_mib"
-                    .into(),
+                hint: "lower the stages' dim (the Gram grows as D²) or raise run.memory_limit_mib".into(),
             });
         }
     }
@@ -151,32 +217,20 @@ pub fn train(spec: &PipelineSpec, show_progress: bool, say: &mut dyn FnMut(&str)
     let mut z = Vec::new();
     let shift = match spec.run.shift {
         ShiftMode::Zero => vec![0.0; dim],
-        ShiftMode::Sample => sample_mean(
-            &dataset,
-            &units,
-            &pipeline,
-            spec.run.sample_rows,
-            chunk,
-            threads,
-        )?,
+        ShiftMode::Sample => sample_mean(&pipeline, &sample, threads),
     };
     let mut stats = GramStats::new(shift, c);
     let bar = progress(dataset.total_rows(), "train", show_progress);
     let mut y = Vec::new();
     let pass_start = std::time::Instant::now();
     stream(&dataset, &units, chunk, &mut |ch: Chunk| {
+        check_nonnegative(&pipeline, &ch, &dataset.features)?;
         z.resize(ch.rows * dim, 0.0);
         pipeline.map_chunk(&ch.x, ch.rows, &mut z, threads);
         match &classes {
             Some(k) => {
-                let labels = ch
-                    .labels
-                    .as_ref()
-                    .expect("label column is read for classification");
-                let loc = ch
-                    .location
-                    .clone()
-                    .column(spec.data.label.clone().unwrap_or_default());
+                let labels = ch.labels.as_ref().expect("label column is read for classification");
+                let loc = ch.location.clone().column(spec.data.label.clone().unwrap_or_default());
                 encode_targets(&k.encode(labels, &loc)?, c, &mut y);
             }
             None => {
@@ -200,11 +254,7 @@ pub fn train(spec: &PipelineSpec, show_progress: bool, say: &mut dyn FnMut(&str)
     }
 
     let pass_secs = pass_start.elapsed().as_secs_f64();
-    say(&format!(
-        "pass: {} rows in {pass_secs:.1} s ({:.0} rows/s)",
-        stats.n,
-        stats.n as f64 / pass_secs.max(1e-9)
-    ));
+    say(&format!("pass: {} rows in {pass_secs:.1} s ({:.0} rows/s)", stats.n, stats.n as f64 / pass_secs.max(1e-9)));
     let solve_start = std::time::Instant::now();
     let components = spec.components();
     let cen = stats.centered();
@@ -228,10 +278,7 @@ pub fn train(spec: &PipelineSpec, show_progress: bool, say: &mut dyn FnMut(&str)
     } else {
         say(&format!("ridge: λ = {:.4e} (fixed)", fit.lambdas[0]));
     }
-    say(&format!(
-        "solve: {:.1} s",
-        solve_start.elapsed().as_secs_f64()
-    ));
+    say(&format!("solve: {:.1} s", solve_start.elapsed().as_secs_f64()));
     let (format, version, written_by) = header_base();
     let header = ModelHeader {
         format,
@@ -242,7 +289,7 @@ pub fn train(spec: &PipelineSpec, show_progress: bool, say: &mut dyn FnMut(&str)
         label: spec.data.label.clone(),
         targets: spec.data.targets.clone(),
         features: dataset.features.clone(),
-        stages: spec.stages.clone(),
+        stages,
         seed: spec.run.seed,
         dim,
         outputs: c,
@@ -254,57 +301,27 @@ pub fn train(spec: &PipelineSpec, show_progress: bool, say: &mut dyn FnMut(&str)
         pipeline: serde_json::to_value(spec).unwrap_or(serde_json::Value::Null),
         checksum: String::new(),
     };
-    Ok(Model {
-        header,
-        pipeline,
-        weights: fit.weights,
-        bias: fit.bias,
-        mean: cen.mean,
-        eigenvalues: pca.eigenvalues,
-    })
+    Ok(Model { header, pipeline, weights: fit.weights, bias: fit.bias, mean: cen.mean, eigenvalues: pca.eigenvalues })
 }
 
-/// Mean features of the first `rows` rows (the pre-pass sample for the shift).
-fn sample_mean(
-    dataset: &Dataset,
-    units: &[Unit],
-    pipeline: &FeaturePipeline,
-    rows: usize,
-    chunk: usize,
-    threads: usize,
-) -> Result<Vec<f64>> {
-    let dim = pipeline.output_dim();
+/// Mean features of the pre-pass sample: the accumulator shift.
+fn sample_mean(pipeline: &FeaturePipeline, sample: &[f32], threads: usize) -> Vec<f64> {
+    let (d, dim) = (pipeline.input_dim(), pipeline.output_dim());
+    let n = if d == 0 { 0 } else { sample.len() / d };
     let mut sum = vec![0.0f64; dim];
-    let mut n = 0usize;
     let mut z = Vec::new();
-    let mut take = Vec::new();
-    let mut total = 0;
-    for u in units {
-        if total >= rows.max(1) {
-            break;
-        }
-        take.push(*u);
-        total += u.rows;
-    }
-    stream(dataset, &take, chunk, &mut |ch: Chunk| {
-        let r = ch.rows.min(rows.max(1) - n.min(rows.max(1)));
-        if r == 0 {
-            return Ok(());
-        }
-        z.resize(r * dim, 0.0);
-        pipeline.map_chunk(&ch.x, r, &mut z, threads);
+    for block in sample.chunks(4096 * d.max(1)) {
+        let rows = block.len() / d.max(1);
+        z.resize(rows * dim, 0.0);
+        pipeline.map_chunk(block, rows, &mut z, threads);
         for row in z.chunks_exact(dim) {
-            sum.iter_mut()
-                .zip(row)
-                .for_each(|(s, &v)| *s += f64::from(v));
+            sum.iter_mut().zip(row).for_each(|(s, &v)| *s += f64::from(v));
         }
-        n += r;
-        Ok(())
-    })?;
+    }
     if n > 0 {
         sum.iter_mut().for_each(|s| *s /= n as f64);
     }
-    Ok(sum)
+    sum
 }
 
 /// Classes of a model, for callers that only need the count.
@@ -319,14 +336,8 @@ pub fn output_count(classes: &Classes) -> usize {
 /// λ values as text: one number when they are all equal.
 pub fn lambda_text(lambdas: &[f64]) -> String {
     if lambdas.windows(2).all(|w| w[0] == w[1]) {
-        lambdas
-            .first()
-            .map_or(String::new(), |l| format!("{l:.4e}"))
+        lambdas.first().map_or(String::new(), |l| format!("{l:.4e}"))
     } else {
-        lambdas
-            .iter()
-            .map(|l| format!("{l:.4e}"))
-            .collect::<Vec<_>>()
-            .join(", ")
+        lambdas.iter().map(|l| format!("{l:.4e}")).collect::<Vec<_>>().join(", ")
     }
 }

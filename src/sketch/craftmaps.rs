@@ -25,18 +25,12 @@ impl FeatureMap for Craftmaps {
     fn map(&self, x: &[f32], rows: usize, out: &mut [f32]) {
         // Up-project a block of rows at a time so the D-dimensional buffer stays small.
         const BLOCK: usize = 256;
-        let (d, du, e) = (
-            self.up.input_dim(),
-            self.up.output_dim(),
-            self.down.output_dim(),
-        );
+        let (d, du, e) = (self.up.input_dim(), self.up.output_dim(), self.down.output_dim());
         let mut buf = vec![0f32; BLOCK.min(rows) * du];
         for start in (0..rows).step_by(BLOCK) {
             let n = BLOCK.min(rows - start);
-            self.up
-                .map(&x[start * d..(start + n) * d], n, &mut buf[..n * du]);
-            self.down
-                .map(&buf[..n * du], n, &mut out[start * e..(start + n) * e]);
+            self.up.map(&x[start * d..(start + n) * d], n, &mut buf[..n * du]);
+            self.down.map(&buf[..n * du], n, &mut out[start * e..(start + n) * e]);
         }
     }
 }

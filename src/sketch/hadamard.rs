@@ -52,11 +52,7 @@ impl Srht {
             perm.swap(k, j);
         }
         perm.truncate(e);
-        Srht {
-            d_in,
-            zeta,
-            rows: perm,
-        }
+        Srht { d_in, zeta, rows: perm }
     }
 
     /// Padded dimension `D'`.
@@ -134,11 +130,9 @@ impl FeatureMap for GaussianProjection {
         self.e
     }
     fn map(&self, x: &[f32], rows: usize, out: &mut [f32]) {
-        let a = ndarray::ArrayView2::from_shape((rows, self.d_in), &x[..rows * self.d_in])
-            .expect("shape");
+        let a = ndarray::ArrayView2::from_shape((rows, self.d_in), &x[..rows * self.d_in]).expect("shape");
         let b = ndarray::ArrayView2::from_shape((self.d_in, self.e), &self.at).expect("shape");
-        let mut c = ndarray::ArrayViewMut2::from_shape((rows, self.e), &mut out[..rows * self.e])
-            .expect("shape");
+        let mut c = ndarray::ArrayViewMut2::from_shape((rows, self.e), &mut out[..rows * self.e]).expect("shape");
         ndarray::linalg::general_mat_mul(1.0, &a, &b, 0.0, &mut c);
     }
 }
@@ -148,15 +142,7 @@ mod tests {
     use super::*;
 
     fn sylvester(n: usize) -> Vec<f32> {
-        (0..n * n)
-            .map(|k| {
-                if ((k / n) & (k % n)).count_ones().is_multiple_of(2) {
-                    1.0
-                } else {
-                    -1.0
-                }
-            })
-            .collect()
+        (0..n * n).map(|k| if ((k / n) & (k % n)).count_ones().is_multiple_of(2) { 1.0 } else { -1.0 }).collect()
     }
 
     #[test]
@@ -165,9 +151,7 @@ mod tests {
         for n in [1usize, 2, 8, 64, 1024] {
             let v: Vec<f32> = (0..n).map(|_| r.uniform() as f32 - 0.5).collect();
             let h = sylvester(n);
-            let want: Vec<f32> = (0..n)
-                .map(|i| (0..n).map(|j| h[i * n + j] * v[j]).sum())
-                .collect();
+            let want: Vec<f32> = (0..n).map(|i| (0..n).map(|j| h[i * n + j] * v[j]).sum()).collect();
             let mut got = v.clone();
             fwht(&mut got);
             let scale = (n as f32).sqrt();
@@ -176,10 +160,7 @@ mod tests {
             }
             fwht(&mut got);
             for (a, b) in got.iter().zip(&v) {
-                assert!(
-                    (a - n as f32 * b).abs() <= 1e-4 * n as f32,
-                    "involution n={n}"
-                );
+                assert!((a - n as f32 * b).abs() <= 1e-4 * n as f32, "involution n={n}");
             }
         }
     }
@@ -192,12 +173,7 @@ mod tests {
         let x: Vec<f32> = (0..24).map(|_| r.uniform() as f32 - 0.5).collect();
         let mut z = vec![0f32; 32];
         s.map(&x, 2, &mut z);
-        let dot = |a: &[f32], b: &[f32]| {
-            a.iter()
-                .zip(b)
-                .map(|(p, q)| f64::from(*p) * f64::from(*q))
-                .sum::<f64>()
-        };
+        let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(p, q)| f64::from(*p) * f64::from(*q)).sum::<f64>();
         assert!((dot(&z[..16], &z[16..]) - dot(&x[..12], &x[12..])).abs() < 1e-5);
         assert!((dot(&z[..16], &z[..16]) - dot(&x[..12], &x[..12])).abs() < 1e-5);
     }

@@ -36,20 +36,14 @@ impl DotKernel {
     /// `a_n`.
     pub fn coef(&self, n: u32) -> f64 {
         match *self {
-            DotKernel::Polynomial {
-                degree,
-                gamma,
-                offset,
-            } => {
+            DotKernel::Polynomial { degree, gamma, offset } => {
                 if n > degree {
                     0.0
                 } else {
                     binom(degree, n) * offset.powi((degree - n) as i32) * gamma.powi(n as i32)
                 }
             }
-            DotKernel::Exponential { gamma } => {
-                (1..=n).fold(1.0, |acc, i| acc * gamma / f64::from(i))
-            }
+            DotKernel::Exponential { gamma } => (1..=n).fold(1.0, |acc, i| acc * gamma / f64::from(i)),
         }
     }
 
@@ -64,11 +58,7 @@ impl DotKernel {
     /// `f(t)`.
     pub fn eval_dot(&self, t: f64) -> f64 {
         match *self {
-            DotKernel::Polynomial {
-                degree,
-                gamma,
-                offset,
-            } => (gamma * t + offset).powi(degree as i32),
+            DotKernel::Polynomial { degree, gamma, offset } => (gamma * t + offset).powi(degree as i32),
             DotKernel::Exponential { gamma } => (gamma * t).exp(),
         }
     }
@@ -90,19 +80,11 @@ impl OrderLaw {
     /// The law for `kernel`, base `η > 1`, orders from `n_min`; `None` if the support is empty.
     pub fn new(kernel: DotKernel, eta: f64, n_min: u32) -> Option<OrderLaw> {
         let norm = match kernel.max_order() {
-            Some(p) => (n_min..=p)
-                .filter(|&n| kernel.coef(n) > 0.0)
-                .map(|n| eta.powi(-(n as i32 + 1)))
-                .sum(),
+            Some(p) => (n_min..=p).filter(|&n| kernel.coef(n) > 0.0).map(|n| eta.powi(-(n as i32 + 1))).sum(),
             None if kernel.coef(1) > 0.0 => eta.powi(-(n_min as i32 + 1)) / (1.0 - 1.0 / eta),
             None => 0.0,
         };
-        (norm > 0.0).then_some(OrderLaw {
-            kernel,
-            eta,
-            n_min,
-            norm,
-        })
+        (norm > 0.0).then_some(OrderLaw { kernel, eta, n_min, norm })
     }
 
     /// `q(n)`.
@@ -229,29 +211,11 @@ impl RandomMaclaurin {
     }
 
     /// Rebuilds from stored parts.
-    pub fn from_parts(
-        kernel: DotKernel,
-        d: usize,
-        h01: bool,
-        orders: Vec<u32>,
-        proj: Projections,
-        eta: f64,
-    ) -> Self {
+    pub fn from_parts(kernel: DotKernel, d: usize, h01: bool, orders: Vec<u32>, proj: Projections, eta: f64) -> Self {
         let law = OrderLaw::new(kernel, eta, if h01 { 2 } else { 0 });
         let dr = orders.len().max(1) as f64;
-        let scales = orders
-            .iter()
-            .map(|&n| law.map_or(0.0, |l| (l.scale(n) / dr.sqrt()) as f32))
-            .collect();
-        RandomMaclaurin {
-            kernel,
-            d,
-            h01,
-            orders,
-            scales,
-            proj,
-            eta,
-        }
+        let scales = orders.iter().map(|&n| law.map_or(0.0, |l| (l.scale(n) / dr.sqrt()) as f32)).collect();
+        RandomMaclaurin { kernel, d, h01, orders, scales, proj, eta }
     }
 
     fn exact_dim(&self) -> usize {
@@ -316,16 +280,10 @@ impl FeatureMap for RandomMaclaurin {
                 let mut p = vec![0f32; rows * total];
                 let a = ndarray::ArrayView2::from_shape((rows, d), &x[..rows * d]).expect("shape");
                 let b = ndarray::ArrayView2::from_shape((d, total), &signs[..]).expect("shape");
-                let mut c =
-                    ndarray::ArrayViewMut2::from_shape((rows, total), &mut p[..]).expect("shape");
+                let mut c = ndarray::ArrayViewMut2::from_shape((rows, total), &mut p[..]).expect("shape");
                 ndarray::linalg::general_mat_mul(1.0, &a, &b, 0.0, &mut c);
                 for r in 0..rows {
-                    self.products(
-                        &p[r * total..(r + 1) * total],
-                        total,
-                        &mut out[r * dz + ex..(r + 1) * dz],
-                        |k| k,
-                    );
+                    self.products(&p[r * total..(r + 1) * total], total, &mut out[r * dz + ex..(r + 1) * dz], |k| k);
                 }
             }
             Projections::Hadamard { d_pad, zeta, perm } => {
@@ -340,9 +298,7 @@ impl FeatureMap for RandomMaclaurin {
                         }
                         fwht(block);
                     }
-                    self.products(&slots, total, &mut out[r * dz + ex..(r + 1) * dz], |k| {
-                        perm[k] as usize
-                    });
+                    self.products(&slots, total, &mut out[r * dz + ex..(r + 1) * dz], |k| perm[k] as usize);
                 }
             }
         }

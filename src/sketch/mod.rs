@@ -6,24 +6,28 @@
 //! once when it is built and can be exported as arrays for the model file, so a
 //! loaded model maps rows to exactly the same features.
 
+pub mod chi2;
 pub mod count;
 pub mod craftmaps;
 pub mod hadamard;
 pub mod identity;
 pub mod maclaurin;
 pub mod recursive;
+pub mod rff;
 pub mod tensor;
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::rng::StageRng;
+use chi2::{Chi2Chebyshev, Chi2Series, ExpChi2};
 use count::CountSketch;
 use craftmaps::Craftmaps;
 use hadamard::{next_pow2, GaussianProjection, Srht};
 use identity::Identity;
 use maclaurin::{DotKernel, Projections, RandomMaclaurin};
 use recursive::{RecursivePoly, RecursiveTensorSketch};
+use rff::{Rff, RffVariant, ShiftKernel};
 use tensor::{PolyKernel, TensorSketch};
 
 /// A feature map over whole chunks.
@@ -58,11 +62,7 @@ impl Normalize {
         for row in x.chunks_exact_mut(d) {
             let norm: f64 = match self {
                 Normalize::L1 => row.iter().map(|&v| f64::from(v).abs()).sum(),
-                Normalize::L2 => row
-                    .iter()
-                    .map(|&v| f64::from(v) * f64::from(v))
-                    .sum::<f64>()
-                    .sqrt(),
+                Normalize::L2 => row.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>().sqrt(),
                 Normalize::None => 1.0,
             };
             if norm > 0.0 {
@@ -277,6 +277,117 @@ impl CraftmapsSpec {
     }
 }
 
+fn default_terms() -> usize {
+    10
+}
+fn default_cheb_terms() -> usize {
+    40
+}
+fn default_bins() -> usize {
+    200
+}
+
+/// `kind = "rff"`: random Fourier features for a shift-invariant kernel.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RffSpec {
+    /// Gaussian or Laplacian.
+    #[serde(default)]
+    pub kernel: ShiftKernel,
+    /// `cos_sin` or `cos`.
+    #[serde(default)]
+    pub variant: RffVariant,
+    /// Output dimension `D` (even for `cos_sin`).
+    #[serde(default = "default_dim")]
+    pub dim: usize,
+    /// Bandwidth σ; default: the median pairwise distance (L2, or L1 for the Laplacian)
+    /// of the pre-pass sample.
+    #[serde(default)]
+    pub sigma: Option<f64>,
+    /// Gaussian only: `γ = 1/(2σ²)`, instead of `sigma`.
+    #[serde(default)]
+    pub gamma: Option<f64>,
+    /// Input row normalisation.
+    #[serde(default)]
+    pub normalize: Normalize,
+    /// Weight of the stage in a concatenation.
+    #[serde(default = "default_weight")]
+    pub weight: f64,
+}
+
+impl RffSpec {
+    /// σ as given or fitted (`None` until fitted).
+    pub fn bandwidth(&self) -> Option<f64> {
+        self.sigma.or(self.gamma.map(|g| (1.0 / (2.0 * g)).sqrt()))
+    }
+}
+
+/// `kind = "chi2"`: the direct additive-χ² series with `terms` parameters per coordinate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Chi2Spec {
+    /// `N`, terms per coordinate (output `d·N`).
+    #[serde(default = "default_terms")]
+    pub terms: usize,
+    /// `k_1..k_N`; empty: fitted greedily on the pre-pass sample.
+    #[serde(default)]
+    pub k: Vec<f64>,
+    /// Histogram bins of the fit.
+    #[serde(default = "default_bins")]
+    pub bins: usize,
+    /// Input row normalisation (`l1` turns counts into histograms).
+    #[serde(default)]
+    pub normalize: Normalize,
+    /// Weight of the stage in a concatenation.
+    #[serde(default = "default_weight")]
+    pub weight: f64,
+}
+
+/// `kind = "chi2_chebyshev"`: the Chebyshev approximation of the additive χ² kernel.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Chi2ChebyshevSpec {
+    /// `Q`, coefficients per coordinate (output `d·Q`).
+    #[serde(default = "default_cheb_terms")]
+    pub terms: usize,
+    /// Input row normalisation.
+    #[serde(default)]
+    pub normalize: Normalize,
+    /// Weight of the stage in a concatenation.
+    #[serde(default = "default_weight")]
+    pub weight: f64,
+}
+
+/// `kind = "exp_chi2"`: `exp(−β X²)` by the direct χ² series then Gaussian RFF.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExpChi2Spec {
+    /// `N`, χ² terms per coordinate.
+    #[serde(default = "default_terms")]
+    pub terms: usize,
+    /// `k_1..k_N`; empty: fitted.
+    #[serde(default)]
+    pub k: Vec<f64>,
+    /// Histogram bins of the fit.
+    #[serde(default = "default_bins")]
+    pub bins: usize,
+    /// `β > 0`; default `1/mean(X²)` over pre-pass sample pairs.
+    #[serde(default)]
+    pub beta: Option<f64>,
+    /// RFF layout.
+    #[serde(default)]
+    pub variant: RffVariant,
+    /// Output dimension `D`.
+    #[serde(default = "default_dim")]
+    pub dim: usize,
+    /// Input row normalisation.
+    #[serde(default)]
+    pub normalize: Normalize,
+    /// Weight of the stage in a concatenation.
+    #[serde(default = "default_weight")]
+    pub weight: f64,
+}
+
 /// One stage of a pipeline, as written in the pipeline file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -291,19 +402,21 @@ pub enum StageSpec {
     RecursiveTensorSketch(RecursiveSpec),
     /// See [`CraftmapsSpec`].
     Craftmaps(CraftmapsSpec),
+    /// See [`RffSpec`].
+    Rff(RffSpec),
+    /// See [`Chi2Spec`].
+    Chi2(Chi2Spec),
+    /// See [`Chi2ChebyshevSpec`].
+    Chi2Chebyshev(Chi2ChebyshevSpec),
+    /// See [`ExpChi2Spec`].
+    ExpChi2(ExpChi2Spec),
 }
 
 /// The largest output dimension a stage may ask for (2^20).
 pub const MAX_DIM: usize = 1 << 20;
 
 /// The stage kinds a pipeline may name.
-pub const KINDS: &[&str] = &[
-    "identity",
-    "tensor_sketch",
-    "random_maclaurin",
-    "recursive_tensor_sketch",
-    "craftmaps",
-];
+pub const KINDS: &[&str] = &["identity", "tensor_sketch", "random_maclaurin", "recursive_tensor_sketch", "craftmaps"];
 
 macro_rules! common {
     ($self:expr, $field:ident) => {
@@ -313,19 +426,73 @@ macro_rules! common {
             StageSpec::RandomMaclaurin(s) => s.$field,
             StageSpec::RecursiveTensorSketch(s) => s.$field,
             StageSpec::Craftmaps(s) => s.$field,
+            StageSpec::Rff(s) => s.$field,
+            StageSpec::Chi2(s) => s.$field,
+            StageSpec::Chi2Chebyshev(s) => s.$field,
+            StageSpec::ExpChi2(s) => s.$field,
         }
     };
 }
 
 fn dot_kernel(kind: DotKind, degree: u32, gamma: f64, offset: f64) -> DotKernel {
     match kind {
-        DotKind::Polynomial => DotKernel::Polynomial {
-            degree,
-            gamma,
-            offset,
-        },
+        DotKind::Polynomial => DotKernel::Polynomial { degree, gamma, offset },
         DotKind::Exponential => DotKernel::Exponential { gamma },
     }
+}
+
+fn rff_dim(variant: RffVariant, dim: usize, err: &dyn Fn(&str, String) -> Result<()>) -> Result<()> {
+    if dim < 1 || dim > MAX_DIM {
+        return err("dim", format!("must be from 2 to {MAX_DIM}, got {dim}"));
+    }
+    if variant == RffVariant::CosSin && (dim < 2 || dim % 2 == 1) {
+        return err("dim", format!("must be even and ≥ 2 for variant = \"cos_sin\", got {dim}"));
+    }
+    Ok(())
+}
+
+fn positive_opt(key: &str, v: Option<f64>, err: &dyn Fn(&str, String) -> Result<()>) -> Result<()> {
+    match v {
+        Some(x) if !(x.is_finite() && x > 0.0) => err(key, format!("must be a positive number, got {x}")),
+        _ => Ok(()),
+    }
+}
+
+fn chi2_terms(
+    terms: usize,
+    k: &[f64],
+    bins: usize,
+    max: usize,
+    err: &dyn Fn(&str, String) -> Result<()>,
+) -> Result<()> {
+    if terms == 0 || terms > max {
+        return err("terms", format!("must be from 1 to {max}, got {terms}"));
+    }
+    if !k.is_empty() && k.len() != terms {
+        return err("k", format!("has {} values but terms = {terms}", k.len()));
+    }
+    if k.iter().any(|v| !(v.is_finite() && *v > 0.0)) {
+        return err("k", "every k must be a positive number".into());
+    }
+    if !(2..=100_000).contains(&bins) {
+        return err("bins", format!("must be from 2 to 100000, got {bins}"));
+    }
+    Ok(())
+}
+
+/// The χ² distance `Σ (x_i − y_i)²/(x_i + y_i)` (terms with `x_i + y_i = 0` are 0).
+pub fn chi2_distance(x: &[f32], y: &[f32]) -> f64 {
+    x.iter()
+        .zip(y)
+        .map(|(&a, &b)| {
+            let (a, b) = (f64::from(a), f64::from(b));
+            if a + b > 0.0 {
+                (a - b).powi(2) / (a + b)
+            } else {
+                0.0
+            }
+        })
+        .sum()
 }
 
 /// The exact kernel a stage approximates (on its normalised input).
@@ -333,18 +500,37 @@ fn dot_kernel(kind: DotKind, degree: u32, gamma: f64, offset: f64) -> DotKernel 
 pub enum Kernel {
     /// A dot-product kernel (the linear kernel is the polynomial of degree 1).
     Dot(DotKernel),
+    /// `exp(−‖x−y‖²/(2σ²))`.
+    Gaussian {
+        /// σ.
+        sigma: f64,
+    },
+    /// `exp(−‖x−y‖₁/σ)`.
+    Laplacian {
+        /// σ.
+        sigma: f64,
+    },
+    /// `Σ 2x_iy_i/(x_i+y_i)`.
+    Chi2,
+    /// `exp(−β X²(x, y))`.
+    ExpChi2 {
+        /// β.
+        beta: f64,
+    },
 }
 
 impl Kernel {
     /// `k(x, y)`.
     pub fn eval(&self, x: &[f32], y: &[f32]) -> f64 {
+        let pairs = || x.iter().zip(y).map(|(&a, &b)| (f64::from(a), f64::from(b)));
         match self {
-            Kernel::Dot(k) => k.eval_dot(
-                x.iter()
-                    .zip(y)
-                    .map(|(&a, &b)| f64::from(a) * f64::from(b))
-                    .sum(),
-            ),
+            Kernel::Dot(k) => k.eval_dot(pairs().map(|(a, b)| a * b).sum()),
+            Kernel::Gaussian { sigma } => {
+                (-pairs().map(|(a, b)| (a - b).powi(2)).sum::<f64>() / (2.0 * sigma * sigma)).exp()
+            }
+            Kernel::Laplacian { sigma } => (-pairs().map(|(a, b)| (a - b).abs()).sum::<f64>() / sigma).exp(),
+            Kernel::Chi2 => pairs().map(|(a, b)| chi2::k0(a, b)).sum(),
+            Kernel::ExpChi2 { beta } => (-beta * chi2_distance(x, y)).exp(),
         }
     }
 }
@@ -354,13 +540,7 @@ impl StageSpec {
     pub fn from_toml(table: &toml::Table, file: &str, at: &str) -> Result<Self> {
         let kind = match table.get("kind") {
             Some(toml::Value::String(k)) => k.clone(),
-            Some(_) => {
-                return Err(Error::config(
-                    file,
-                    format!("{at}.kind"),
-                    "must be a string",
-                ))
-            }
+            Some(_) => return Err(Error::config(file, format!("{at}.kind"), "must be a string")),
             None => {
                 return Err(Error::config(
                     file,
@@ -372,25 +552,22 @@ impl StageSpec {
         let mut rest = table.clone();
         rest.remove("kind");
         let value = toml::Value::Table(rest);
-        let bad = |e: toml::de::Error| {
-            Error::config(file, at, format!("stage kind '{kind}': {}", e.message()))
-        };
+        let bad = |e: toml::de::Error| Error::config(file, at, format!("stage kind '{kind}': {}", e.message()));
         let spec = match kind.as_str() {
             "identity" => StageSpec::Identity(value.try_into().map_err(bad)?),
             "tensor_sketch" => StageSpec::TensorSketch(value.try_into().map_err(bad)?),
             "random_maclaurin" => StageSpec::RandomMaclaurin(value.try_into().map_err(bad)?),
-            "recursive_tensor_sketch" => {
-                StageSpec::RecursiveTensorSketch(value.try_into().map_err(bad)?)
-            }
+            "recursive_tensor_sketch" => StageSpec::RecursiveTensorSketch(value.try_into().map_err(bad)?),
             "craftmaps" => StageSpec::Craftmaps(value.try_into().map_err(bad)?),
+            "rff" => StageSpec::Rff(value.try_into().map_err(bad)?),
+            "chi2" => StageSpec::Chi2(value.try_into().map_err(bad)?),
+            "chi2_chebyshev" => StageSpec::Chi2Chebyshev(value.try_into().map_err(bad)?),
+            "exp_chi2" => StageSpec::ExpChi2(value.try_into().map_err(bad)?),
             other => {
                 return Err(Error::config(
                     file,
                     format!("{at}.kind"),
-                    format!(
-                        "unknown stage kind '{other}'; known kinds: {}",
-                        KINDS.join(", ")
-                    ),
+                    format!("unknown stage kind '{other}'; known kinds: {}", KINDS.join(", ")),
                 ))
             }
         };
@@ -407,10 +584,7 @@ impl StageSpec {
         }
         let poly = |degree: u32, gamma: f64, offset: f64| -> Result<()> {
             if degree == 0 || degree > 16 {
-                return err(
-                    "degree",
-                    format!("must be an integer from 1 to 16, got {degree}"),
-                );
+                return err("degree", format!("must be an integer from 1 to 16, got {degree}"));
             }
             if !(gamma.is_finite() && gamma > 0.0) {
                 return err("gamma", format!("must be a positive number, got {gamma}"));
@@ -457,26 +631,119 @@ impl StageSpec {
                 dim("dim", s.dim, 1)?;
                 dim("up_dim", s.up_dim(), 2)?;
                 if s.dim >= s.up_dim() {
-                    return err(
-                        "dim",
-                        format!("E = {} must be below up_dim D = {}", s.dim, s.up_dim()),
-                    );
+                    return err("dim", format!("E = {} must be below up_dim D = {}", s.dim, s.up_dim()));
                 }
                 if s.up == UpKind::TensorSketch && s.kernel != DotKind::Polynomial {
-                    return err(
-                        "kernel",
-                        "a tensor-sketch up-projection needs kernel = \"polynomial\"".into(),
-                    );
+                    return err("kernel", "a tensor-sketch up-projection needs kernel = \"polynomial\"".into());
                 }
                 if s.up == UpKind::TensorSketch && s.hadamard {
-                    return err(
-                        "hadamard",
-                        "the Hadamard-structured up-projection is for random_maclaurin".into(),
-                    );
+                    return err("hadamard", "the Hadamard-structured up-projection is for random_maclaurin".into());
                 }
                 Ok(())
             }
+            StageSpec::Rff(s) => {
+                rff_dim(s.variant, s.dim, &err)?;
+                if s.sigma.is_some() && s.gamma.is_some() {
+                    return err("gamma", "give either sigma or gamma, not both".into());
+                }
+                if s.gamma.is_some() && s.kernel == ShiftKernel::Laplacian {
+                    return err("gamma", "the Laplacian kernel takes sigma".into());
+                }
+                positive_opt("sigma", s.sigma, &err)?;
+                positive_opt("gamma", s.gamma, &err)
+            }
+            StageSpec::Chi2(s) => chi2_terms(s.terms, &s.k, s.bins, 64, &err),
+            StageSpec::Chi2Chebyshev(s) => {
+                if s.terms == 0 || s.terms > 400 {
+                    return err("terms", format!("must be from 1 to 400, got {}", s.terms));
+                }
+                Ok(())
+            }
+            StageSpec::ExpChi2(s) => {
+                chi2_terms(s.terms, &s.k, s.bins, 64, &err)?;
+                positive_opt("beta", s.beta, &err)?;
+                rff_dim(s.variant, s.dim, &err)
+            }
         }
+    }
+
+    /// True for stages whose inputs must be non-negative (the χ² family).
+    pub fn needs_nonnegative(&self) -> bool {
+        matches!(self, StageSpec::Chi2(_) | StageSpec::Chi2Chebyshev(_) | StageSpec::ExpChi2(_))
+    }
+
+    /// True when a parameter is still to be fitted on the pre-pass sample.
+    pub fn needs_fit(&self) -> bool {
+        match self {
+            StageSpec::Rff(s) => s.bandwidth().is_none(),
+            StageSpec::Chi2(s) => s.k.is_empty(),
+            StageSpec::ExpChi2(s) => s.k.is_empty() || s.beta.is_none(),
+            _ => false,
+        }
+    }
+
+    /// Fills the data-dependent parameters from the pre-pass sample `x` (`n × d`, raw
+    /// rows; the stage's normalisation is applied here): the χ² `k`'s (math.md §10.2),
+    /// the RFF bandwidth (median distance over ≤ 1000 random pairs) and the exp-χ² β
+    /// (`1/mean X²` over the same pairs).
+    pub fn fit(&self, x: &[f32], d: usize, seed: u64, index: usize) -> StageSpec {
+        if !self.needs_fit() {
+            return self.clone();
+        }
+        let mut xn = x.to_vec();
+        self.normalize().apply(&mut xn, d);
+        let n = if d == 0 { 0 } else { xn.len() / d };
+        let mut rng = StageRng::new(seed, (1u64 << 32) + index as u64);
+        let pairs: Vec<(usize, usize)> = if n < 2 {
+            Vec::new()
+        } else {
+            (0..1000.min(n * (n - 1) / 2))
+                .map(|_| {
+                    let a = rng.below(n as u32) as usize;
+                    let mut b = rng.below(n as u32 - 1) as usize;
+                    if b >= a {
+                        b += 1;
+                    }
+                    (a, b)
+                })
+                .collect()
+        };
+        let row = |i: usize| &xn[i * d..(i + 1) * d];
+        let mut out = self.clone();
+        match &mut out {
+            StageSpec::Rff(s) => {
+                let mut dist: Vec<f64> = pairs
+                    .iter()
+                    .map(|&(a, b)| {
+                        let it = row(a).iter().zip(row(b)).map(|(&p, &q)| f64::from(p) - f64::from(q));
+                        match s.kernel {
+                            ShiftKernel::Gaussian => it.map(|v| v * v).sum::<f64>().sqrt(),
+                            ShiftKernel::Laplacian => it.map(f64::abs).sum::<f64>(),
+                        }
+                    })
+                    .filter(|&v| v > 0.0)
+                    .collect();
+                dist.sort_by(f64::total_cmp);
+                s.sigma = Some(dist.get(dist.len() / 2).copied().unwrap_or(1.0));
+            }
+            StageSpec::Chi2(s) => {
+                if s.k.is_empty() {
+                    s.k = chi2::fit_k(xn.iter().map(|&v| f64::from(v)), s.terms, s.bins).k;
+                }
+            }
+            StageSpec::ExpChi2(s) => {
+                if s.k.is_empty() {
+                    s.k = chi2::fit_k(xn.iter().map(|&v| f64::from(v)), s.terms, s.bins).k;
+                }
+                if s.beta.is_none() {
+                    let mean = pairs.iter().map(|&(a, b)| chi2_distance(row(a), row(b))).sum::<f64>()
+                        / pairs.len().max(1) as f64;
+                    s.beta = Some(if mean > 0.0 { 1.0 / mean } else { 1.0 });
+                }
+            }
+            _ => {}
+        }
+        out
     }
 
     /// Input normalisation.
@@ -489,22 +756,24 @@ impl StageSpec {
         common!(self, weight)
     }
 
-    /// The kernel the stage approximates.
+    /// The kernel the stage approximates (for a fitted spec; unfitted bandwidths read as 1).
     pub fn kernel(&self) -> Kernel {
+        match self {
+            StageSpec::Rff(s) if s.kernel == ShiftKernel::Gaussian => {
+                return Kernel::Gaussian { sigma: s.bandwidth().unwrap_or(1.0) }
+            }
+            StageSpec::Rff(s) => return Kernel::Laplacian { sigma: s.bandwidth().unwrap_or(1.0) },
+            StageSpec::Chi2(_) | StageSpec::Chi2Chebyshev(_) => return Kernel::Chi2,
+            StageSpec::ExpChi2(s) => return Kernel::ExpChi2 { beta: s.beta.unwrap_or(1.0) },
+            _ => {}
+        }
         Kernel::Dot(match self {
-            StageSpec::Identity(_) => DotKernel::Polynomial {
-                degree: 1,
-                gamma: 1.0,
-                offset: 0.0,
-            },
-            StageSpec::TensorSketch(s) => {
-                dot_kernel(DotKind::Polynomial, s.degree, s.gamma, s.offset)
-            }
-            StageSpec::RecursiveTensorSketch(s) => {
-                dot_kernel(DotKind::Polynomial, s.degree, s.gamma, s.offset)
-            }
+            StageSpec::Identity(_) => DotKernel::Polynomial { degree: 1, gamma: 1.0, offset: 0.0 },
+            StageSpec::TensorSketch(s) => dot_kernel(DotKind::Polynomial, s.degree, s.gamma, s.offset),
+            StageSpec::RecursiveTensorSketch(s) => dot_kernel(DotKind::Polynomial, s.degree, s.gamma, s.offset),
             StageSpec::RandomMaclaurin(s) => dot_kernel(s.kernel, s.degree, s.gamma, s.offset),
             StageSpec::Craftmaps(s) => dot_kernel(s.kernel, s.degree, s.gamma, s.offset),
+            _ => unreachable!("handled above"),
         })
     }
 
@@ -521,6 +790,10 @@ impl StageSpec {
                 t.dim = dim;
                 t.up_dim = ratio.max(2) * dim;
             }
+            StageSpec::Rff(t) => t.dim = dim + dim % 2,
+            StageSpec::ExpChi2(t) => t.dim = dim + dim % 2,
+            StageSpec::Chi2(t) => t.terms = dim.clamp(1, 64),
+            StageSpec::Chi2Chebyshev(t) => t.terms = dim.clamp(1, 400),
         }
         s
     }
@@ -533,6 +806,10 @@ impl StageSpec {
             StageSpec::RandomMaclaurin(t) => Some(t.dim),
             StageSpec::RecursiveTensorSketch(t) => Some(t.dim),
             StageSpec::Craftmaps(t) => Some(t.dim),
+            StageSpec::Rff(t) => Some(t.dim),
+            StageSpec::ExpChi2(t) => Some(t.dim),
+            StageSpec::Chi2(t) => Some(t.terms),
+            StageSpec::Chi2Chebyshev(t) => Some(t.terms),
         }
     }
 }
@@ -561,25 +838,13 @@ pub enum ParamData {
 
 impl ParamArray {
     fn u32(name: &str, shape: Vec<usize>, v: Vec<u32>) -> Self {
-        ParamArray {
-            name: name.into(),
-            shape,
-            data: ParamData::U32(v),
-        }
+        ParamArray { name: name.into(), shape, data: ParamData::U32(v) }
     }
     fn i8(name: &str, shape: Vec<usize>, v: Vec<i8>) -> Self {
-        ParamArray {
-            name: name.into(),
-            shape,
-            data: ParamData::I8(v),
-        }
+        ParamArray { name: name.into(), shape, data: ParamData::I8(v) }
     }
     fn f32(name: &str, shape: Vec<usize>, v: Vec<f32>) -> Self {
-        ParamArray {
-            name: name.into(),
-            shape,
-            data: ParamData::F32(v),
-        }
+        ParamArray { name: name.into(), shape, data: ParamData::F32(v) }
     }
     fn prefixed(mut self, p: &str) -> Self {
         self.name = format!("{p}{}", self.name);
@@ -594,28 +859,23 @@ type PResult<T> = std::result::Result<T, String>;
 
 impl Params<'_> {
     fn get(&self, name: &str) -> PResult<&ParamArray> {
-        self.0
-            .iter()
-            .find(|p| p.name == name)
-            .ok_or_else(|| format!("missing array '{name}'"))
+        self.0.iter().find(|p| p.name == name).ok_or_else(|| format!("missing array '{name}'"))
     }
     fn u32(&self, name: &str, shape: &[usize]) -> PResult<Vec<u32>> {
         match self.get(name)? {
-            ParamArray {
-                shape: s,
-                data: ParamData::U32(v),
-                ..
-            } if s == shape && v.len() == s.iter().product::<usize>() => Ok(v.clone()),
+            ParamArray { shape: s, data: ParamData::U32(v), .. }
+                if s == shape && v.len() == s.iter().product::<usize>() =>
+            {
+                Ok(v.clone())
+            }
             _ => Err(format!("array '{name}' must be u32 of shape {shape:?}")),
         }
     }
     fn i8(&self, name: &str, shape: &[usize]) -> PResult<Vec<i8>> {
         match self.get(name)? {
-            ParamArray {
-                shape: s,
-                data: ParamData::I8(v),
-                ..
-            } if s == shape && v.len() == s.iter().product::<usize>() => {
+            ParamArray { shape: s, data: ParamData::I8(v), .. }
+                if s == shape && v.len() == s.iter().product::<usize>() =>
+            {
                 if v.iter().any(|&x| x != 1 && x != -1) {
                     return Err(format!("array '{name}' must hold signs ±1"));
                 }
@@ -626,47 +886,31 @@ impl Params<'_> {
     }
     fn f32(&self, name: &str, shape: &[usize]) -> PResult<Vec<f32>> {
         match self.get(name)? {
-            ParamArray {
-                shape: s,
-                data: ParamData::F32(v),
-                ..
-            } if s == shape && v.len() == s.iter().product::<usize>() => Ok(v.clone()),
+            ParamArray { shape: s, data: ParamData::F32(v), .. }
+                if s == shape && v.len() == s.iter().product::<usize>() =>
+            {
+                Ok(v.clone())
+            }
             _ => Err(format!("array '{name}' must be f32 of shape {shape:?}")),
         }
     }
     fn shape(&self, name: &str) -> PResult<Vec<usize>> {
         Ok(self.get(name)?.shape.clone())
     }
-    fn count_sketches(
-        &self,
-        hash: &str,
-        sign: &str,
-        k: usize,
-        n: usize,
-        m: usize,
-    ) -> PResult<Vec<CountSketch>> {
+    fn count_sketches(&self, hash: &str, sign: &str, k: usize, n: usize, m: usize) -> PResult<Vec<CountSketch>> {
         let h = self.u32(hash, &[k, n])?;
         let s = self.i8(sign, &[k, n])?;
         if h.iter().any(|&v| v as usize >= m) {
             return Err(format!("array '{hash}' has values outside [0, {m})"));
         }
         Ok((0..k)
-            .map(|j| CountSketch {
-                hash: h[j * n..(j + 1) * n].to_vec(),
-                sign: s[j * n..(j + 1) * n].to_vec(),
-                dim: m,
-            })
+            .map(|j| CountSketch { hash: h[j * n..(j + 1) * n].to_vec(), sign: s[j * n..(j + 1) * n].to_vec(), dim: m })
             .collect())
     }
     fn sub(&self, prefix: &str) -> Vec<ParamArray> {
         self.0
             .iter()
-            .filter_map(|p| {
-                p.name.strip_prefix(prefix).map(|n| ParamArray {
-                    name: n.into(),
-                    ..p.clone()
-                })
-            })
+            .filter_map(|p| p.name.strip_prefix(prefix).map(|n| ParamArray { name: n.into(), ..p.clone() }))
             .collect()
     }
 }
@@ -674,16 +918,8 @@ impl Params<'_> {
 fn count_sketch_params(hash: &str, sign: &str, cs: &[CountSketch]) -> Vec<ParamArray> {
     let n = cs.first().map_or(0, CountSketch::input_dim);
     vec![
-        ParamArray::u32(
-            hash,
-            vec![cs.len(), n],
-            cs.iter().flat_map(|c| c.hash.clone()).collect(),
-        ),
-        ParamArray::i8(
-            sign,
-            vec![cs.len(), n],
-            cs.iter().flat_map(|c| c.sign.clone()).collect(),
-        ),
+        ParamArray::u32(hash, vec![cs.len(), n], cs.iter().flat_map(|c| c.hash.clone()).collect()),
+        ParamArray::i8(sign, vec![cs.len(), n], cs.iter().flat_map(|c| c.sign.clone()).collect()),
     ]
 }
 
@@ -707,26 +943,15 @@ impl Sketch for TensorSketch {
 
 impl Sketch for RandomMaclaurin {
     fn params(&self) -> Vec<ParamArray> {
-        let mut v = vec![ParamArray::u32(
-            "orders",
-            vec![self.orders.len()],
-            self.orders.clone(),
-        )];
+        let mut v = vec![ParamArray::u32("orders", vec![self.orders.len()], self.orders.clone())];
         match &self.proj {
             Projections::Dense { signs } => v.push(ParamArray::i8(
                 "signs",
                 vec![self.d, self.total_order()],
-                signs
-                    .iter()
-                    .map(|&s| if s > 0.0 { 1 } else { -1 })
-                    .collect(),
+                signs.iter().map(|&s| if s > 0.0 { 1 } else { -1 }).collect(),
             )),
             Projections::Hadamard { d_pad, zeta, perm } => {
-                v.push(ParamArray::i8(
-                    "zeta",
-                    vec![zeta.len() / d_pad, *d_pad],
-                    zeta.clone(),
-                ));
+                v.push(ParamArray::i8("zeta", vec![zeta.len() / d_pad, *d_pad], zeta.clone()));
                 v.push(ParamArray::u32("perm", vec![perm.len()], perm.clone()));
             }
         }
@@ -738,12 +963,7 @@ impl Sketch for RecursivePoly {
     fn params(&self) -> Vec<ParamArray> {
         let t = &self.tree;
         let mut v = count_sketch_params("leaf_hash", "leaf_sign", &t.leaves);
-        let nodes: Vec<CountSketch> = t
-            .nodes
-            .iter()
-            .flatten()
-            .flat_map(|(a, b)| [a.clone(), b.clone()])
-            .collect();
+        let nodes: Vec<CountSketch> = t.nodes.iter().flatten().flat_map(|(a, b)| [a.clone(), b.clone()]).collect();
         v.extend(count_sketch_params("node_hash", "node_sign", &nodes));
         v
     }
@@ -760,71 +980,79 @@ impl Sketch for Srht {
 
 impl Sketch for GaussianProjection {
     fn params(&self) -> Vec<ParamArray> {
-        vec![ParamArray::f32(
-            "matrix",
-            vec![self.d_in, self.e],
-            self.at.clone(),
-        )]
+        vec![ParamArray::f32("matrix", vec![self.d_in, self.e], self.at.clone())]
     }
+}
+
+impl Sketch for Rff {
+    fn params(&self) -> Vec<ParamArray> {
+        let f = self.wt.len() / self.d.max(1);
+        let mut v = vec![ParamArray::f32("wt", vec![self.d, f], self.wt.clone())];
+        if !self.phase.is_empty() {
+            v.push(ParamArray::f32("phase", vec![f], self.phase.clone()));
+        }
+        v
+    }
+}
+
+impl Sketch for Chi2Series {
+    fn params(&self) -> Vec<ParamArray> {
+        Vec::new()
+    }
+}
+
+impl Sketch for Chi2Chebyshev {
+    fn params(&self) -> Vec<ParamArray> {
+        Vec::new()
+    }
+}
+
+impl Sketch for ExpChi2 {
+    fn params(&self) -> Vec<ParamArray> {
+        self.rff.params().into_iter().map(|p| p.prefixed("rff_")).collect()
+    }
+}
+
+fn rff_from(p: &Params, variant: RffVariant, d: usize, dim: usize) -> PResult<Rff> {
+    let f = Rff::frequencies(variant, dim);
+    let wt = p.f32("wt", &[d, f])?;
+    let phase = match variant {
+        RffVariant::Cos => p.f32("phase", &[f])?,
+        RffVariant::CosSin => Vec::new(),
+    };
+    if wt.iter().chain(&phase).any(|v| !v.is_finite()) {
+        return Err("RFF parameters must be finite".into());
+    }
+    Ok(Rff { d, wt, phase, variant })
+}
+
+/// The bandwidth of a fitted spec, or an error for an unfitted one.
+fn fitted<T>(v: Option<T>, what: &str) -> T {
+    v.unwrap_or_else(|| panic!("stage {what} must be fitted on the pre-pass sample before the map is built"))
 }
 
 impl Sketch for Craftmaps {
     fn params(&self) -> Vec<ParamArray> {
-        let mut v: Vec<ParamArray> = self
-            .up
-            .params()
-            .into_iter()
-            .map(|p| p.prefixed("up_"))
-            .collect();
+        let mut v: Vec<ParamArray> = self.up.params().into_iter().map(|p| p.prefixed("up_")).collect();
         v.extend(self.down.params().into_iter().map(|p| p.prefixed("down_")));
         v
     }
 }
 
-fn tensor_sketch(
-    degree: u32,
-    gamma: f64,
-    offset: f64,
-    d: usize,
-    dim: usize,
-    rng: &mut StageRng,
-) -> TensorSketch {
-    TensorSketch::draw(
-        PolyKernel {
-            degree,
-            gamma,
-            offset,
-        },
-        d,
-        dim,
-        rng,
-    )
+fn tensor_sketch(degree: u32, gamma: f64, offset: f64, d: usize, dim: usize, rng: &mut StageRng) -> TensorSketch {
+    TensorSketch::draw(PolyKernel { degree, gamma, offset }, d, dim, rng)
 }
 
-fn recursive(
-    degree: u32,
-    gamma: f64,
-    offset: f64,
-    d: usize,
-    dim: usize,
-    rng: &mut StageRng,
-) -> RecursivePoly {
+fn recursive(degree: u32, gamma: f64, offset: f64, d: usize, dim: usize, rng: &mut StageRng) -> RecursivePoly {
     let n = d + usize::from(offset > 0.0);
-    RecursivePoly {
-        tree: RecursiveTensorSketch::draw(n, degree as usize, dim, rng),
-        d,
-        gamma,
-        offset,
-    }
+    RecursivePoly { tree: RecursiveTensorSketch::draw(n, degree as usize, dim, rng), d, gamma, offset }
 }
 
 /// Builds the map of `spec` for inputs of dimension `d`, drawing from `rng`.
 pub fn build_map(spec: &StageSpec, d: usize, rng: &mut StageRng) -> Box<dyn Sketch> {
     match spec {
         StageSpec::Identity(_) => Box::new(Identity { d }),
-        StageSpec::TensorSketch(s) => {
-            Box::new(tensor_sketch(s.degree, s.gamma, s.offset, d, s.dim, rng))
-        }
+        StageSpec::TensorSketch(s) => Box::new(tensor_sketch(s.degree, s.gamma, s.offset, d, s.dim, rng)),
         StageSpec::RandomMaclaurin(s) => Box::new(RandomMaclaurin::draw(
             dot_kernel(s.kernel, s.degree, s.gamma, s.offset),
             d,
@@ -834,9 +1062,7 @@ pub fn build_map(spec: &StageSpec, d: usize, rng: &mut StageRng) -> Box<dyn Sket
             s.hadamard,
             rng,
         )),
-        StageSpec::RecursiveTensorSketch(s) => {
-            Box::new(recursive(s.degree, s.gamma, s.offset, d, s.dim, rng))
-        }
+        StageSpec::RecursiveTensorSketch(s) => Box::new(recursive(s.degree, s.gamma, s.offset, d, s.dim, rng)),
         StageSpec::Craftmaps(s) => {
             let up: Box<dyn Sketch> = match s.up {
                 UpKind::RandomMaclaurin => Box::new(RandomMaclaurin::draw(
@@ -848,14 +1074,7 @@ pub fn build_map(spec: &StageSpec, d: usize, rng: &mut StageRng) -> Box<dyn Sket
                     s.hadamard,
                     rng,
                 )),
-                UpKind::TensorSketch => Box::new(tensor_sketch(
-                    s.degree,
-                    s.gamma,
-                    s.offset,
-                    d,
-                    s.up_dim(),
-                    rng,
-                )),
+                UpKind::TensorSketch => Box::new(tensor_sketch(s.degree, s.gamma, s.offset, d, s.up_dim(), rng)),
             };
             let du = up.output_dim();
             let e = s.dim.min(next_pow2(du));
@@ -864,6 +1083,19 @@ pub fn build_map(spec: &StageSpec, d: usize, rng: &mut StageRng) -> Box<dyn Sket
                 DownKind::Gaussian => Box::new(GaussianProjection::draw(du, s.dim, rng)),
             };
             Box::new(Craftmaps { up, down })
+        }
+        StageSpec::Rff(s) => {
+            Box::new(Rff::draw(s.kernel, fitted(s.bandwidth(), "rff sigma"), s.variant, d, s.dim, rng))
+        }
+        StageSpec::Chi2(s) => Box::new(Chi2Series { d, k: s.k.clone() }),
+        StageSpec::Chi2Chebyshev(s) => Box::new(Chi2Chebyshev { d, q: s.terms }),
+        StageSpec::ExpChi2(s) => {
+            let beta = fitted(s.beta, "exp_chi2 beta");
+            let sigma = 1.0 / (2.0 * beta).sqrt();
+            Box::new(ExpChi2 {
+                series: Chi2Series { d, k: s.k.clone() },
+                rff: Rff::draw(ShiftKernel::Gaussian, sigma, s.variant, d * s.terms, s.dim, rng),
+            })
         }
     }
 }
@@ -893,66 +1125,34 @@ fn maclaurin_from(
         let perm = p.u32("perm", &[t * d_pad])?;
         let mut seen = vec![false; t * d_pad];
         if t * d_pad < total
-            || perm.iter().any(|&k| {
-                k as usize >= seen.len() || std::mem::replace(&mut seen[k as usize], true)
-            })
+            || perm.iter().any(|&k| k as usize >= seen.len() || std::mem::replace(&mut seen[k as usize], true))
         {
             return Err("perm must be a permutation of the slots".into());
         }
         Projections::Hadamard { d_pad, zeta, perm }
     } else {
-        Projections::Dense {
-            signs: p
-                .i8("signs", &[d, total])?
-                .into_iter()
-                .map(f32::from)
-                .collect(),
-        }
+        Projections::Dense { signs: p.i8("signs", &[d, total])?.into_iter().map(f32::from).collect() }
     };
-    Ok(RandomMaclaurin::from_parts(
-        kernel, d, h01, orders, proj, eta,
-    ))
+    Ok(RandomMaclaurin::from_parts(kernel, d, h01, orders, proj, eta))
 }
 
-fn recursive_from(
-    degree: u32,
-    gamma: f64,
-    offset: f64,
-    d: usize,
-    m: usize,
-    p: &Params,
-) -> PResult<RecursivePoly> {
+fn recursive_from(degree: u32, gamma: f64, offset: f64, d: usize, m: usize, p: &Params) -> PResult<RecursivePoly> {
     let n = d + usize::from(offset > 0.0);
     let k = degree as usize;
     let big_k = k.next_power_of_two();
     let leaves = p.count_sketches("leaf_hash", "leaf_sign", big_k, n, m)?;
-    let mut flat = p
-        .count_sketches("node_hash", "node_sign", 2 * (big_k - 1), m, m)?
-        .into_iter();
+    let mut flat = p.count_sketches("node_hash", "node_sign", 2 * (big_k - 1), m, m)?.into_iter();
     let mut nodes = Vec::new();
     let mut width = big_k;
     while width > 1 {
         width /= 2;
-        nodes.push(
-            (0..width)
-                .map(|_| (flat.next().expect("counted"), flat.next().expect("counted")))
-                .collect(),
-        );
+        nodes.push((0..width).map(|_| (flat.next().expect("counted"), flat.next().expect("counted"))).collect());
     }
-    Ok(RecursivePoly {
-        tree: RecursiveTensorSketch::from_parts(n, k, m, leaves, nodes),
-        d,
-        gamma,
-        offset,
-    })
+    Ok(RecursivePoly { tree: RecursiveTensorSketch::from_parts(n, k, m, leaves, nodes), d, gamma, offset })
 }
 
 /// Rebuilds the map of `spec` from stored arrays, checking every shape and range.
-pub fn map_from_params(
-    spec: &StageSpec,
-    d: usize,
-    params: &[ParamArray],
-) -> PResult<Box<dyn Sketch>> {
+pub fn map_from_params(spec: &StageSpec, d: usize, params: &[ParamArray]) -> PResult<Box<dyn Sketch>> {
     let p = Params(params);
     Ok(match spec {
         StageSpec::Identity(_) => Box::new(Identity { d }),
@@ -960,11 +1160,7 @@ pub fn map_from_params(
             let dp = d + usize::from(s.offset > 0.0);
             let sketches = p.count_sketches("hash", "sign", s.degree as usize, dp, s.dim)?;
             Box::new(TensorSketch::from_sketches(
-                PolyKernel {
-                    degree: s.degree,
-                    gamma: s.gamma,
-                    offset: s.offset,
-                },
+                PolyKernel { degree: s.degree, gamma: s.gamma, offset: s.offset },
                 d,
                 s.dim,
                 sketches,
@@ -979,9 +1175,7 @@ pub fn map_from_params(
             s.hadamard,
             &p,
         )?),
-        StageSpec::RecursiveTensorSketch(s) => {
-            Box::new(recursive_from(s.degree, s.gamma, s.offset, d, s.dim, &p)?)
-        }
+        StageSpec::RecursiveTensorSketch(s) => Box::new(recursive_from(s.degree, s.gamma, s.offset, d, s.dim, &p)?),
         StageSpec::Craftmaps(s) => {
             let up_p = p.sub("up_");
             let up_params = Params(&up_p);
@@ -997,19 +1191,9 @@ pub fn map_from_params(
                 )?),
                 UpKind::TensorSketch => {
                     let dp = d + usize::from(s.offset > 0.0);
-                    let sketches = up_params.count_sketches(
-                        "hash",
-                        "sign",
-                        s.degree as usize,
-                        dp,
-                        s.up_dim(),
-                    )?;
+                    let sketches = up_params.count_sketches("hash", "sign", s.degree as usize, dp, s.up_dim())?;
                     Box::new(TensorSketch::from_sketches(
-                        PolyKernel {
-                            degree: s.degree,
-                            gamma: s.gamma,
-                            offset: s.offset,
-                        },
+                        PolyKernel { degree: s.degree, gamma: s.gamma, offset: s.offset },
                         d,
                         s.up_dim(),
                         sketches,
@@ -1022,21 +1206,32 @@ pub fn map_from_params(
             let down: Box<dyn Sketch> = match s.down {
                 DownKind::Srht => {
                     let e = dp.shape("rows")?.first().copied().unwrap_or(0);
-                    let srht = Srht {
-                        d_in: du,
-                        zeta: dp.i8("zeta", &[next_pow2(du)])?,
-                        rows: dp.u32("rows", &[e])?,
-                    };
+                    let srht = Srht { d_in: du, zeta: dp.i8("zeta", &[next_pow2(du)])?, rows: dp.u32("rows", &[e])? };
                     srht.validate()?;
                     Box::new(srht)
                 }
-                DownKind::Gaussian => Box::new(GaussianProjection {
-                    at: dp.f32("matrix", &[du, s.dim])?,
-                    d_in: du,
-                    e: s.dim,
-                }),
+                DownKind::Gaussian => {
+                    Box::new(GaussianProjection { at: dp.f32("matrix", &[du, s.dim])?, d_in: du, e: s.dim })
+                }
             };
             Box::new(Craftmaps { up, down })
+        }
+        StageSpec::Rff(s) => Box::new(rff_from(&p, s.variant, d, s.dim)?),
+        StageSpec::Chi2(s) => {
+            if s.k.len() != s.terms {
+                return Err("the χ² stage has no fitted k values".into());
+            }
+            Box::new(Chi2Series { d, k: s.k.clone() })
+        }
+        StageSpec::Chi2Chebyshev(s) => Box::new(Chi2Chebyshev { d, q: s.terms }),
+        StageSpec::ExpChi2(s) => {
+            if s.k.len() != s.terms || s.beta.is_none() {
+                return Err("the exp-χ² stage has no fitted k values or β".into());
+            }
+            Box::new(ExpChi2 {
+                series: Chi2Series { d, k: s.k.clone() },
+                rff: rff_from(&Params(&p.sub("rff_")), s.variant, d * s.terms, s.dim)?,
+            })
         }
     })
 }
@@ -1055,10 +1250,7 @@ impl Stage {
     /// parameters from the stream `(seed, index)`.
     pub fn build(spec: &StageSpec, d: usize, seed: u64, index: usize) -> Stage {
         let mut rng = StageRng::new(seed, index as u64);
-        Stage {
-            spec: spec.clone(),
-            map: build_map(spec, d, &mut rng),
-        }
+        Stage { spec: spec.clone(), map: build_map(spec, d, &mut rng) }
     }
 
     /// The stage's random parameters as arrays.
@@ -1068,10 +1260,7 @@ impl Stage {
 
     /// Rebuilds a stage from its spec and stored arrays.
     pub fn from_params(spec: &StageSpec, d: usize, params: &[ParamArray]) -> PResult<Stage> {
-        Ok(Stage {
-            spec: spec.clone(),
-            map: map_from_params(spec, d, params)?,
-        })
+        Ok(Stage { spec: spec.clone(), map: map_from_params(spec, d, params)? })
     }
 
     /// Output dimension.
@@ -1090,11 +1279,7 @@ pub struct FeaturePipeline {
 impl FeaturePipeline {
     /// Builds every stage for inputs of dimension `d`.
     pub fn build(specs: &[StageSpec], d: usize, seed: u64) -> Self {
-        let stages = specs
-            .iter()
-            .enumerate()
-            .map(|(i, s)| Stage::build(s, d, seed, i))
-            .collect();
+        let stages = specs.iter().enumerate().map(|(i, s)| Stage::build(s, d, seed, i)).collect();
         FeaturePipeline { stages, d }
     }
 
@@ -1118,14 +1303,20 @@ impl FeaturePipeline {
         self.stages.iter().map(Stage::output_dim).sum()
     }
 
+    /// The first negative input (row, column) of a stage that needs non-negative inputs.
+    pub fn first_negative(&self, x: &[f32], rows: usize) -> Option<(usize, usize, f32)> {
+        if !self.stages.iter().any(|s| s.spec.needs_nonnegative()) {
+            return None;
+        }
+        let d = self.d;
+        x[..rows * d].iter().position(|&v| v < 0.0).map(|p| (p / d, p % d, x[p]))
+    }
+
     /// Maps a chunk on up to `threads` threads (contiguous row blocks, so the result
     /// does not depend on the thread count).
     pub fn map_chunk(&self, x: &[f32], rows: usize, out: &mut [f32], threads: usize) {
         let (d, dz) = (self.d, self.output_dim());
-        assert!(
-            x.len() >= rows * d && out.len() >= rows * dz,
-            "chunk buffers too small"
-        );
+        assert!(x.len() >= rows * d && out.len() >= rows * dz, "chunk buffers too small");
         let threads = threads.clamp(1, rows.max(1));
         // Small chunks are not worth a thread.
         if threads == 1 || rows * dz < 1 << 16 {
@@ -1134,10 +1325,7 @@ impl FeaturePipeline {
         }
         let per = rows.div_ceil(threads);
         std::thread::scope(|scope| {
-            for (xb, ob) in x[..rows * d]
-                .chunks(per * d)
-                .zip(out[..rows * dz].chunks_mut(per * dz))
-            {
+            for (xb, ob) in x[..rows * d].chunks(per * d).zip(out[..rows * dz].chunks_mut(per * dz)) {
                 let n = ob.len() / dz;
                 scope.spawn(move || self.map_block(xb, n, ob));
             }

@@ -58,11 +58,7 @@ impl RecursiveTensorSketch {
         let mut width = big_k;
         while width > 1 {
             width /= 2;
-            nodes.push(
-                (0..width)
-                    .map(|_| (CountSketch::draw(m, m, rng), CountSketch::draw(m, m, rng)))
-                    .collect(),
-            );
+            nodes.push((0..width).map(|_| (CountSketch::draw(m, m, rng), CountSketch::draw(m, m, rng))).collect());
         }
         Self::from_parts(n, k, m, leaves, nodes)
     }
@@ -90,10 +86,7 @@ impl RecursiveTensorSketch {
     /// Scratch for [`Self::sketch`].
     pub fn scratch(&self) -> RtsScratch {
         let (m, bins) = (self.m, self.m / 2 + 1);
-        let len = self
-            .forward
-            .get_scratch_len()
-            .max(self.inverse.get_scratch_len());
+        let len = self.forward.get_scratch_len().max(self.inverse.get_scratch_len());
         RtsScratch {
             level: vec![vec![0.0; m]; self.leaves.len()],
             next: vec![vec![0.0; m]; self.leaves.len()],
@@ -106,12 +99,7 @@ impl RecursiveTensorSketch {
     }
 
     /// `T(u_0, …, u_{k-1})` into `out` (length `m`); `inputs(i)` gives `u_i`, `i < k`.
-    pub fn sketch<'a>(
-        &self,
-        inputs: impl Fn(usize) -> &'a [f32],
-        s: &mut RtsScratch,
-        out: &mut [f32],
-    ) {
+    pub fn sketch<'a>(&self, inputs: impl Fn(usize) -> &'a [f32], s: &mut RtsScratch, out: &mut [f32]) {
         let m = self.m;
         for (i, leaf) in self.leaves.iter().enumerate() {
             let y = &mut s.level[i];
@@ -127,12 +115,8 @@ impl RecursiveTensorSketch {
             for (i, (c1, c2)) in level.iter().enumerate() {
                 c1.apply(&s.level[2 * i], 1.0, &mut s.a);
                 c2.apply(&s.level[2 * i + 1], 1.0, &mut s.b);
-                self.forward
-                    .process_with_scratch(&mut s.a, &mut s.fa, &mut s.fft)
-                    .expect("FFT lengths match the plan");
-                self.forward
-                    .process_with_scratch(&mut s.b, &mut s.fb, &mut s.fft)
-                    .expect("FFT lengths match the plan");
+                self.forward.process_with_scratch(&mut s.a, &mut s.fa, &mut s.fft).expect("FFT lengths match the plan");
+                self.forward.process_with_scratch(&mut s.b, &mut s.fb, &mut s.fft).expect("FFT lengths match the plan");
                 for (p, q) in s.fa.iter_mut().zip(&s.fb) {
                     *p *= *q;
                 }
@@ -142,9 +126,7 @@ impl RecursiveTensorSketch {
                     s.fa[last].im = 0.0;
                 }
                 let y = &mut s.next[i];
-                self.inverse
-                    .process_with_scratch(&mut s.fa, y, &mut s.fft)
-                    .expect("FFT lengths match the plan");
+                self.inverse.process_with_scratch(&mut s.fa, y, &mut s.fft).expect("FFT lengths match the plan");
                 y.iter_mut().for_each(|v| *v *= inv);
             }
             std::mem::swap(&mut s.level, &mut s.next);
@@ -187,8 +169,7 @@ impl FeatureMap for RecursivePoly {
                 xp[d] = self.offset.sqrt() as f32;
             }
             let xr: &[f32] = &xp;
-            self.tree
-                .sketch(|_| xr, &mut s, &mut out[r * m..(r + 1) * m]);
+            self.tree.sketch(|_| xr, &mut s, &mut out[r * m..(r + 1) * m]);
         }
     }
 }

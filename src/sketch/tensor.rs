@@ -28,11 +28,7 @@ pub struct PolyKernel {
 impl PolyKernel {
     /// The exact kernel `(γ⟨x,y⟩ + c)^p`.
     pub fn eval(&self, x: &[f32], y: &[f32]) -> f64 {
-        let dot: f64 = x
-            .iter()
-            .zip(y)
-            .map(|(&a, &b)| f64::from(a) * f64::from(b))
-            .sum();
+        let dot: f64 = x.iter().zip(y).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum();
         (self.gamma * dot + self.offset).powi(self.degree as i32)
     }
 }
@@ -62,30 +58,16 @@ impl TensorSketch {
     /// Draws the `p` count sketches.
     pub fn draw(kernel: PolyKernel, d: usize, dim: usize, rng: &mut StageRng) -> Self {
         let d_prime = d + usize::from(kernel.offset > 0.0);
-        let sketches = (0..kernel.degree)
-            .map(|_| CountSketch::draw(d_prime, dim, rng))
-            .collect();
+        let sketches = (0..kernel.degree).map(|_| CountSketch::draw(d_prime, dim, rng)).collect();
         Self::from_sketches(kernel, d, dim, sketches)
     }
 
     /// Rebuilds a map from stored tables (a loaded model).
-    pub fn from_sketches(
-        kernel: PolyKernel,
-        d: usize,
-        dim: usize,
-        sketches: Vec<CountSketch>,
-    ) -> Self {
+    pub fn from_sketches(kernel: PolyKernel, d: usize, dim: usize, sketches: Vec<CountSketch>) -> Self {
         let mut planner = RealFftPlanner::<f32>::new();
         let forward = planner.plan_fft_forward(dim);
         let inverse = planner.plan_fft_inverse(dim);
-        TensorSketch {
-            kernel,
-            d,
-            dim,
-            sketches,
-            forward,
-            inverse,
-        }
+        TensorSketch { kernel, d, dim, sketches, forward, inverse }
     }
 
     /// The kernel this map approximates.
@@ -129,10 +111,7 @@ impl FeatureMap for TensorSketch {
         let mut buf = vec![0f32; dim];
         let mut acc = vec![Complex32::new(0.0, 0.0); bins];
         let mut spec = vec![Complex32::new(0.0, 0.0); bins];
-        let scratch_len = self
-            .forward
-            .get_scratch_len()
-            .max(self.inverse.get_scratch_len());
+        let scratch_len = self.forward.get_scratch_len().max(self.inverse.get_scratch_len());
         let mut scratch = vec![Complex32::new(0.0, 0.0); scratch_len];
         let inv_dim = 1.0 / dim as f32;
         for r in 0..rows {
@@ -157,9 +136,7 @@ impl FeatureMap for TensorSketch {
                 acc[bins - 1].im = 0.0;
             }
             let o = &mut out[r * dim..(r + 1) * dim];
-            self.inverse
-                .process_with_scratch(&mut acc, o, &mut scratch)
-                .expect("FFT buffer lengths match the plan");
+            self.inverse.process_with_scratch(&mut acc, o, &mut scratch).expect("FFT buffer lengths match the plan");
             for v in o.iter_mut() {
                 *v *= inv_dim;
             }

@@ -43,31 +43,18 @@ impl Drop for TempDir {
 pub fn write_parquet(path: &Path, cols: Vec<(&str, ArrayRef)>, row_group_rows: usize) {
     let fields: Vec<Field> = cols
         .iter()
-        .map(|(n, a)| {
-            Field::new(
-                *n,
-                a.data_type().clone(),
-                a.null_count() > 0 || a.is_nullable(),
-            )
-        })
+        .map(|(n, a)| Field::new(*n, a.data_type().clone(), a.null_count() > 0 || a.is_nullable()))
         .collect();
     let schema = Arc::new(Schema::new(fields));
-    let batch =
-        RecordBatch::try_new(schema.clone(), cols.into_iter().map(|(_, a)| a).collect()).unwrap();
-    let props = WriterProperties::builder()
-        .set_max_row_group_row_count(Some(row_group_rows))
-        .build();
-    let mut w =
-        ArrowWriter::try_new(std::fs::File::create(path).unwrap(), schema, Some(props)).unwrap();
+    let batch = RecordBatch::try_new(schema.clone(), cols.into_iter().map(|(_, a)| a).collect()).unwrap();
+    let props = WriterProperties::builder().set_max_row_group_row_count(Some(row_group_rows)).build();
+    let mut w = ArrowWriter::try_new(std::fs::File::create(path).unwrap(), schema, Some(props)).unwrap();
     w.write(&batch).unwrap();
     w.close().unwrap();
 }
 
 pub fn sketchfit(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sketchfit"))
-        .args(args)
-        .output()
-        .unwrap()
+    Command::new(env!("CARGO_BIN_EXE_sketchfit")).args(args).output().unwrap()
 }
 
 pub fn stderr(o: &Output) -> String {
