@@ -317,3 +317,21 @@ fn usage_errors_exit_2() {
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(sketchfit(&["--help"]).status.code(), Some(0));
 }
+
+#[test]
+fn negative_values_for_chi2_stages() {
+    let dir = TempDir::new("negative");
+    let mut cols = good_columns(60);
+    let mut b: Vec<f64> = (0..60).map(|i| i as f64 / 60.0).collect();
+    b[44] = -0.5;
+    cols[1] = ("b", Arc::new(Float64Array::from(b)));
+    let a: Vec<f64> = (0..60).map(|i| 0.1 + i as f64).collect();
+    cols[0] = ("a", Arc::new(Float64Array::from(a)));
+    write_parquet(&dir.path("t.parquet"), cols, 20);
+    let p = pipeline(&dir, &["t.parquet"], "", "");
+    let text = std::fs::read_to_string(&p)
+        .unwrap()
+        .replace("kind = \"tensor_sketch\"\ndim = 16", "kind = \"exp_chi2\"\nterms = 3\ndim = 16");
+    std::fs::write(&p, text).unwrap();
+    train_fails(&dir, &p, &["t.parquet", "row group 2", "row 4", "column 'b'", "negative"]);
+}

@@ -208,6 +208,11 @@ fn save_load_predict_gives_identical_scores_for_every_stage_kind() {
         "kind = \"recursive_tensor_sketch\"\ndegree = 3\noffset = 1.0\ndim = 256\nnormalize = \"l2\"",
         "kind = \"craftmaps\"\ndegree = 3\noffset = 1.0\ndim = 200\nnormalize = \"l2\"",
         "kind = \"craftmaps\"\nup = \"tensor_sketch\"\ndown = \"gaussian\"\ndegree = 2\noffset = 1.0\ndim = 100\nup_dim = 700\nnormalize = \"l2\"",
+        "kind = \"rff\"\ndim = 600\nnormalize = \"l2\"",
+        "kind = \"rff\"\nkernel = \"laplacian\"\nvariant = \"cos\"\ndim = 600\nnormalize = \"l1\"",
+        "kind = \"chi2\"\nterms = 4\nnormalize = \"l1\"",
+        "kind = \"chi2_chebyshev\"\nterms = 6\nnormalize = \"l1\"",
+        "kind = \"exp_chi2\"\nterms = 3\ndim = 600\nnormalize = \"l1\"",
     ];
     for stage in stages {
         let text = format!(
@@ -235,6 +240,31 @@ fn save_load_predict_gives_identical_scores_for_every_stage_kind() {
         assert_eq!(n, 450);
         // Every kernel here separates the digits well; a broken map would not.
         assert!(right as f64 / 450.0 > 0.9, "{stage}: accuracy {}", right as f64 / 450.0);
+        // Fitted parameters are stored: the model's stage spec needs no more fitting.
+        assert!(!model.header.stages[0].needs_fit(), "{stage}");
+    }
+}
+
+#[test]
+fn exp_chi2_digits_job_and_kernel_error_for_the_chi2_family() {
+    let dir = TempDir::new("expchi2");
+    let model = dir.path("e.sfm");
+    let out = train(&repo("pipelines/digits_exp_chi2.toml"), &model, &[]);
+    let acc: f64 = out.lines().find_map(|l| l.strip_prefix("test accuracy: ")).unwrap()[..6].parse().unwrap();
+    assert!(acc >= 0.97, "{out}");
+    let o =
+        sketchfit(&["kernel-error", &repo("pipelines/compare_chi2.toml"), "--sample", "150", "--seeds", "3", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let stages = v["stages"].as_array().unwrap();
+    assert_eq!(stages.len(), 5);
+    // Deterministic χ² maps: the series (10 terms) is far more exact than Chebyshev (40).
+    let (series, cheb) = (stages[0]["nrms_mean"].as_f64().unwrap(), stages[1]["nrms_mean"].as_f64().unwrap());
+    assert!(series < 1e-3 && cheb < 0.05 && series < cheb, "{series} {cheb}");
+    assert!(stages[0]["nrms_sd"].as_f64().unwrap() <= 1e-9 * series, "the χ² series has no randomness");
+    for s in &stages[2..] {
+        let e = s["nrms_mean"].as_f64().unwrap();
+        assert!(e > 0.0 && e < 0.2, "{s}");
     }
 }
 

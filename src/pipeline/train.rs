@@ -307,7 +307,7 @@ pub fn train(spec: &PipelineSpec, show_progress: bool, say: &mut dyn FnMut(&str)
 /// Mean features of the pre-pass sample: the accumulator shift.
 fn sample_mean(pipeline: &FeaturePipeline, sample: &[f32], threads: usize) -> Vec<f64> {
     let (d, dim) = (pipeline.input_dim(), pipeline.output_dim());
-    let n = if d == 0 { 0 } else { sample.len() / d };
+    let n = sample.len().checked_div(d).unwrap_or(0);
     let mut sum = vec![0.0f64; dim];
     let mut z = Vec::new();
     for block in sample.chunks(4096 * d.max(1)) {

@@ -442,7 +442,7 @@ fn dot_kernel(kind: DotKind, degree: u32, gamma: f64, offset: f64) -> DotKernel 
 }
 
 fn rff_dim(variant: RffVariant, dim: usize, err: &dyn Fn(&str, String) -> Result<()>) -> Result<()> {
-    if dim < 1 || dim > MAX_DIM {
+    if !(1..=MAX_DIM).contains(&dim) {
         return err("dim", format!("must be from 2 to {MAX_DIM}, got {dim}"));
     }
     if variant == RffVariant::CosSin && (dim < 2 || dim % 2 == 1) {
@@ -692,7 +692,7 @@ impl StageSpec {
         }
         let mut xn = x.to_vec();
         self.normalize().apply(&mut xn, d);
-        let n = if d == 0 { 0 } else { xn.len() / d };
+        let n = xn.len().checked_div(d).unwrap_or(0);
         let mut rng = StageRng::new(seed, (1u64 << 32) + index as u64);
         let pairs: Vec<(usize, usize)> = if n < 2 {
             Vec::new()
@@ -726,10 +726,8 @@ impl StageSpec {
                 dist.sort_by(f64::total_cmp);
                 s.sigma = Some(dist.get(dist.len() / 2).copied().unwrap_or(1.0));
             }
-            StageSpec::Chi2(s) => {
-                if s.k.is_empty() {
-                    s.k = chi2::fit_k(xn.iter().map(|&v| f64::from(v)), s.terms, s.bins).k;
-                }
+            StageSpec::Chi2(s) if s.k.is_empty() => {
+                s.k = chi2::fit_k(xn.iter().map(|&v| f64::from(v)), s.terms, s.bins).k;
             }
             StageSpec::ExpChi2(s) => {
                 if s.k.is_empty() {
