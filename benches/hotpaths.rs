@@ -103,6 +103,39 @@ fn main() {
         println!("{name:38} {:10.0} rows/s", MAP_ROWS as f64 / t);
     }
 
+    println!(
+        "\n## χ² family and random Fourier features, d = 784 (histogram rows), {} rows per call, 1 thread",
+        MAP_ROWS
+    );
+    let hist: Vec<f32> = {
+        let mut h: Vec<f32> = (0..MAP_ROWS * d).map(|_| (r.uniform() as f32).powi(4)).collect();
+        for row in h.chunks_mut(d) {
+            let s: f32 = row.iter().sum();
+            row.iter_mut().for_each(|v| *v /= s);
+        }
+        h
+    };
+    let chi = [
+        ("chi2 N=3", "kind='chi2'\nterms=3\nk=[0.001,0.0001,0.01]"),
+        ("chi2 N=8", "kind='chi2'\nterms=8\nk=[0.001,0.0001,0.01,0.00001,0.003,0.0003,0.03,0.000003]"),
+        ("chi2_chebyshev Q=8", "kind='chi2_chebyshev'\nterms=8"),
+        ("chi2_chebyshev Q=40", "kind='chi2_chebyshev'\nterms=40"),
+        ("exp_chi2 N=3 D=4096", "kind='exp_chi2'\nterms=3\nk=[0.001,0.0001,0.01]\nbeta=1.0\ndim=4096"),
+        (
+            "exp_chi2 N=8 D=4096",
+            "kind='exp_chi2'\nterms=8\nk=[0.001,0.0001,0.01,0.00001,0.003,0.0003,0.03,0.000003]\nbeta=1.0\ndim=4096",
+        ),
+        ("rff gaussian D=4096", "kind='rff'\nsigma=1.0\ndim=4096"),
+        ("rff gaussian D=16384", "kind='rff'\nsigma=1.0\ndim=16384"),
+        ("rff laplacian cos D=4096", "kind='rff'\nkernel='laplacian'\nvariant='cos'\nsigma=1.0\ndim=4096"),
+    ];
+    for (name, toml) in chi {
+        let m = build_map(&stage(toml), d, &mut StageRng::new(3, 0));
+        let mut out = vec![0f32; MAP_ROWS * m.output_dim()];
+        let t = best_of(2, || m.map(&hist, MAP_ROWS, &mut out));
+        println!("{name:38} {:10.0} rows/s", MAP_ROWS as f64 / t);
+    }
+
     println!("\n## FWHT, f32, in place, per transform, next to one read+write pass over the same buffer");
     for log in [12u32, 16, 20] {
         let n = 1usize << log;

@@ -305,3 +305,17 @@ fn kernel_error_compares_the_dot_product_maps_and_plots_the_decay() {
     let text = std::fs::read_to_string(&svg).unwrap();
     assert!(text.starts_with("<svg") && text.matches("<polyline").count() == 4);
 }
+
+#[test]
+fn the_readme_pipeline_reference_is_a_valid_pipeline_with_every_stage_kind() {
+    let readme = std::fs::read_to_string(repo("README.md")).unwrap();
+    let start = readme.find("```toml\n").expect("a toml block in the README") + 8;
+    let end = start + readme[start..].find("```").unwrap();
+    let table: toml::Table = readme[start..end].parse().expect("the README's reference parses as TOML");
+    let spec = sketchfit::pipeline::spec::PipelineSpec::from_table(table, "README.md").expect("and validates");
+    let kinds: Vec<String> =
+        spec.stages.iter().map(|s| serde_json::to_value(s).unwrap()["kind"].as_str().unwrap().to_string()).collect();
+    for k in sketchfit::sketch::KINDS {
+        assert!(kinds.iter().any(|x| x == k), "the README does not document stage kind {k}");
+    }
+}
