@@ -29,6 +29,7 @@ fn main() {
         label: Some("label".into()),
         targets: vec![],
         keep: vec![],
+        null_labels_unlabeled: false,
     };
     let ds = Dataset::open(&[path], spec).expect("dataset");
     let t = Instant::now();

@@ -62,6 +62,61 @@ pub struct ModelHeader {
     /// FNV-1a 64 of every array's bytes in name order, hex.
     #[serde(default)]
     pub checksum: String,
+    /// 1 or 2.
+    #[serde(default = "one")]
+    pub passes: u32,
+    /// Unlabeled rows that entered the PCA.
+    #[serde(default)]
+    pub unlabeled_rows: u64,
+    /// The λ-by-validation table, when λ was chosen that way.
+    #[serde(default)]
+    pub validation: Option<ValidationTable>,
+    /// The PCA projections: feature ranges and components (what `transform` outputs).
+    #[serde(default)]
+    pub projections: Vec<ProjectionInfo>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// Scores of every λ on the validation rows.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ValidationTable {
+    /// `"accuracy"` or `"rmse"`.
+    pub metric: String,
+    /// Rows scored.
+    pub rows: u64,
+    /// The λ grid.
+    pub grid: Vec<f64>,
+    /// Shared score per λ (accuracy, or the mean RMSE over outputs).
+    pub score: Vec<f64>,
+    /// RMSE of each output's scores per λ (`grid × c`).
+    pub rmse_per_output: Vec<Vec<f64>>,
+    /// The chosen λ per output.
+    pub chosen: Vec<f64>,
+}
+
+/// One PCA projection `p = Ūᵀ(z[start..end] − z̄)`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ProjectionInfo {
+    /// First feature.
+    pub start: usize,
+    /// One past the last feature.
+    pub end: usize,
+    /// Components `E`.
+    pub components: usize,
+}
+
+/// A projection's arrays.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Projection {
+    /// `z̄` over the block (length `end − start`).
+    pub mean: Vec<f64>,
+    /// `Ū`, row-major `(end − start) × E`.
+    pub basis: Vec<f64>,
+    /// The block covariance's eigenvalues, descending.
+    pub eigenvalues: Vec<f64>,
 }
 
 /// A trained model.
@@ -77,8 +132,10 @@ pub struct Model {
     pub bias: Vec<f64>,
     /// `z̄` over the training rows.
     pub mean: Vec<f64>,
-    /// Eigenvalues of the feature covariance, descending.
+    /// Eigenvalues of the feature covariance, descending (of the first block in two-pass mode).
     pub eigenvalues: Vec<f64>,
+    /// One entry per [`ModelHeader::projections`].
+    pub projections: Vec<Projection>,
 }
 
 fn fnv1a(hash: &mut u64, bytes: &[u8]) {
@@ -119,6 +176,31 @@ impl Model {
         out
     }
 
+    /// PCA features `p(x)` for a chunk (`rows × ΣE`), the blocks concatenated.
+    pub fn transform(&self, x: &[f32], rows: usize, z: &mut Vec<f32>, threads: usize) -> Vec<f64> {
+        let dim = self.header.dim;
+        z.resize(rows * dim, 0.0);
+        self.pipeline.map_chunk(x, rows, z, threads);
+        let total: usize = self.header.projections.iter().map(|p| p.components).sum();
+        let mut out = vec![0.0; rows * total];
+        let mut col = 0;
+        for (info, p) in self.header.projections.iter().zip(&self.projections) {
+            let (len, e) = (info.end - info.start, info.components);
+            let zc = ndarray::Array2::from_shape_fn((rows, len), |(r, i)| {
+                f64::from(z[r * dim + info.start + i]) - p.mean[i]
+            });
+            let u = ndarray::ArrayView2::from_shape((len, e), &p.basis).expect("basis shape");
+            let q = zc.dot(&u);
+            for r in 0..rows {
+                for j in 0..e {
+                    out[r * total + col + j] = q[(r, j)];
+                }
+            }
+            col += e;
+        }
+        out
+    }
+
     /// Predicted class index per row from scores (one-vs-all argmax, ties to the lower
     /// index; binary: the second class iff `f > 0`).
     pub fn classify(&self, scores: &[f64]) -> Vec<usize> {
@@ -148,6 +230,17 @@ impl Model {
             ("mean".to_string(), Dtype::F64, vec![dim], f64_bytes(&self.mean)),
             ("eigenvalues".to_string(), Dtype::F64, vec![self.eigenvalues.len()], f64_bytes(&self.eigenvalues)),
         ];
+        for (i, (info, p)) in self.header.projections.iter().zip(&self.projections).enumerate() {
+            let len = info.end - info.start;
+            out.push((format!("proj{i}.mean"), Dtype::F64, vec![len], f64_bytes(&p.mean)));
+            out.push((format!("proj{i}.basis"), Dtype::F64, vec![len, info.components], f64_bytes(&p.basis)));
+            out.push((
+                format!("proj{i}.eigenvalues"),
+                Dtype::F64,
+                vec![p.eigenvalues.len()],
+                f64_bytes(&p.eigenvalues),
+            ));
+        }
         for (i, stage) in self.pipeline.stages().iter().enumerate() {
             for p in stage.params() {
                 let (dtype, bytes) = match &p.data {
@@ -257,11 +350,24 @@ impl Model {
             }
             stages.push(Stage::from_params(spec, d, &params).map_err(|e| format!("stage {i}: {e}"))?);
         }
+        let mut projections = Vec::new();
+        for (i, info) in header.projections.iter().enumerate() {
+            if info.start > info.end || info.end > dim {
+                return Err(format!("projection {i} covers features outside 0..{dim}"));
+            }
+            let len = info.end - info.start;
+            let ev = st.tensor(&format!("proj{i}.eigenvalues")).map(|t| t.shape().iter().product()).unwrap_or(0);
+            projections.push(Projection {
+                mean: get_f64(&format!("proj{i}.mean"), len)?,
+                basis: get_f64(&format!("proj{i}.basis"), len * info.components)?,
+                eigenvalues: get_f64(&format!("proj{i}.eigenvalues"), ev)?,
+            });
+        }
         let pipeline = FeaturePipeline::from_stages(stages, d);
         if pipeline.output_dim() != dim {
             return Err(format!("stages give {} features but the weights have {dim}", pipeline.output_dim()));
         }
-        Ok(Model { header, pipeline, weights, bias, mean, eigenvalues })
+        Ok(Model { header, pipeline, weights, bias, mean, eigenvalues, projections })
     }
 }
 

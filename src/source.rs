@@ -41,6 +41,8 @@ pub struct ColumnSpec {
     pub targets: Vec<String>,
     /// Columns copied through to an output.
     pub keep: Vec<String>,
+    /// Rows whose label is null are unlabeled rows instead of an error.
+    pub null_labels_unlabeled: bool,
 }
 
 /// Features as resolved on the first file: the exact column names, and `d`.
@@ -87,6 +89,16 @@ impl Classes {
     /// Class index of every row of a label array; a label outside the set is an error.
     pub fn encode(&self, labels: &ArrayRef, loc: &Location) -> Result<Vec<u32>> {
         check_no_nulls(labels.as_ref(), loc)?;
+        self.encode_valid(labels, loc)
+    }
+
+    /// Class index of every row, `None` where the label is null.
+    pub fn encode_opt(&self, labels: &ArrayRef, loc: &Location) -> Result<Vec<Option<u32>>> {
+        let codes = self.encode_valid(labels, loc)?;
+        Ok(codes.into_iter().enumerate().map(|(r, k)| (!labels.is_null(r)).then_some(k)).collect())
+    }
+
+    fn encode_valid(&self, labels: &ArrayRef, loc: &Location) -> Result<Vec<u32>> {
         match self {
             Classes::Int(set) => {
                 let a = cast_to(labels, &DataType::Int64, loc)?;
@@ -95,6 +107,9 @@ impl Classes {
                     .iter()
                     .enumerate()
                     .map(|(r, v)| {
+                        if a.is_null(r) {
+                            return Ok(0);
+                        }
                         set.binary_search(v).map(|k| k as u32).map_err(|_| unknown_label(&v.to_string(), self, loc, r))
                     })
                     .collect()
@@ -105,7 +120,7 @@ impl Classes {
                     .iter()
                     .enumerate()
                     .map(|(r, v)| {
-                        let v = v.unwrap_or_default();
+                        let Some(v) = v else { return Ok(0) };
                         set.binary_search_by(|s| s.as_str().cmp(v))
                             .map(|k| k as u32)
                             .map_err(|_| unknown_label(v, self, loc, r))
@@ -445,7 +460,9 @@ impl Dataset {
         let labels = match &self.spec.label {
             Some(name) => {
                 let a = col(name)?.clone();
-                check_no_nulls_at(a.as_ref(), &location.clone().column(name.clone()), first_row)?;
+                if !self.spec.null_labels_unlabeled {
+                    check_no_nulls_at(a.as_ref(), &location.clone().column(name.clone()), first_row)?;
+                }
                 Some(a)
             }
             None => None,

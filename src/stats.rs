@@ -252,9 +252,18 @@ impl GramStats {
     /// Adds `rows` rows: features `z` (`rows × D`, f32) and targets `y` (`rows × c`).
     /// Non-finite features are an error, never accumulated.
     pub fn add(&mut self, z: &[f32], y: &[f64], rows: usize, threads: usize) -> Result<()> {
+        self.add_rows(z, y, rows, threads)
+    }
+
+    /// [`GramStats::add`] for f64 features (two-pass mode's projected features).
+    pub fn add_f64(&mut self, z: &[f64], y: &[f64], rows: usize, threads: usize) -> Result<()> {
+        self.add_rows(z, y, rows, threads)
+    }
+
+    fn add_rows<T: Copy + Into<f64>>(&mut self, z: &[T], y: &[f64], rows: usize, threads: usize) -> Result<()> {
         let (dim, c) = (self.dim(), self.c);
         assert!(z.len() >= rows * dim && y.len() >= rows * c);
-        if let Some(pos) = z[..rows * dim].iter().position(|v| !v.is_finite()) {
+        if let Some(pos) = z[..rows * dim].iter().position(|&v| !v.into().is_finite()) {
             return Err(Error::Numerical(format!(
                 "feature {} of chunk row {} is not finite; the input values are too large for the sketch (normalise the rows or lower gamma)",
                 pos % dim,
@@ -267,7 +276,7 @@ impl GramStats {
             let zb = &mut zc[..nb * dim];
             for (dst, src) in zb.chunks_exact_mut(dim).zip(z[start * dim..(start + nb) * dim].chunks_exact(dim)) {
                 for ((d, &v), &m) in dst.iter_mut().zip(src).zip(&self.shift) {
-                    *d = f64::from(v) - m;
+                    *d = v.into() - m;
                 }
             }
             for row in zb.chunks_exact(dim) {
@@ -291,6 +300,20 @@ impl GramStats {
         }
         self.n += rows as u64;
         Ok(())
+    }
+
+    /// The same statistics without the targets (`c = 0`).
+    pub fn without_targets(&self) -> GramStats {
+        GramStats {
+            shift: self.shift.clone(),
+            n: self.n,
+            s: self.s.clone(),
+            gram: self.gram.clone(),
+            c: 0,
+            t: Vec::new(),
+            u: Vec::new(),
+            v: Vec::new(),
+        }
     }
 
     /// Moves the shift to `new` exactly: `G' = G − sδᵀ − δsᵀ + nδδᵀ`, `s' = s − nδ`,
@@ -435,4 +458,128 @@ mod tests {
         assert!(st.add(&[1.0, f32::NAN], &[], 1, 1).is_err());
         assert_eq!(st.n, 0);
     }
+}
+
+/// Statistics file format version.
+pub const STATS_VERSION: u32 = 1;
+const STATS_FORMAT: &str = "sketchfit-stats";
+
+fn f64_bytes(v: &[f64]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn f64_from(bytes: &[u8]) -> Vec<f64> {
+    bytes.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes"))).collect()
+}
+
+/// FNV-1a 64 over byte slices, hex: the checksum of statistics and model files.
+pub fn checksum<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> String {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for p in parts {
+        for &b in p {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    format!("{h:016x}")
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct StatsHeader {
+    format: String,
+    version: u32,
+    checksum: String,
+    blocks: Vec<BlockHeader>,
+    meta: serde_json::Value,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct BlockHeader {
+    name: String,
+    n: u64,
+    dim: usize,
+    c: usize,
+}
+
+/// Serialises named statistics and a JSON `meta` value (safetensors, with a checksum).
+pub fn stats_to_bytes(blocks: &[(&str, &GramStats)], meta: serde_json::Value) -> Result<Vec<u8>> {
+    use safetensors::tensor::TensorView;
+    let mut arrays: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
+    for (name, st) in blocks {
+        let (dim, c) = (st.dim(), st.c);
+        arrays.push((format!("{name}.shift"), vec![dim], f64_bytes(&st.shift)));
+        arrays.push((format!("{name}.s"), vec![dim], f64_bytes(&st.s)));
+        arrays.push((format!("{name}.gram"), vec![st.gram.raw().len()], f64_bytes(st.gram.raw())));
+        arrays.push((format!("{name}.t"), vec![dim, c], f64_bytes(&st.t)));
+        arrays.push((format!("{name}.u"), vec![c], f64_bytes(&st.u)));
+        arrays.push((format!("{name}.v"), vec![c], f64_bytes(&st.v)));
+    }
+    arrays.sort_by(|a, b| a.0.cmp(&b.0));
+    let header = StatsHeader {
+        format: STATS_FORMAT.into(),
+        version: STATS_VERSION,
+        checksum: checksum(arrays.iter().map(|a| a.2.as_slice())),
+        blocks: blocks.iter().map(|(n, s)| BlockHeader { name: n.to_string(), n: s.n, dim: s.dim(), c: s.c }).collect(),
+        meta,
+    };
+    let json = serde_json::to_string(&header).map_err(|e| Error::Numerical(format!("statistics header: {e}")))?;
+    let views = arrays
+        .iter()
+        .map(|(n, shape, b)| TensorView::new(safetensors::Dtype::F64, shape.clone(), b).map(|v| (n.clone(), v)))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| Error::Numerical(format!("statistics arrays: {e}")))?;
+    safetensors::serialize(views, Some(std::collections::HashMap::from([("sketchfit".to_string(), json)])))
+        .map_err(|e| Error::Numerical(format!("statistics file: {e}")))
+}
+
+/// Parses a statistics file: the named blocks and the `meta` value. Any damage (a
+/// checksum mismatch, wrong shapes, another format) is an error, never used.
+pub fn stats_from_bytes(bytes: &[u8]) -> std::result::Result<(Vec<(String, GramStats)>, serde_json::Value), String> {
+    use safetensors::tensor::SafeTensors;
+    let (_, meta) = SafeTensors::read_metadata(bytes).map_err(|e| format!("not a statistics file: {e}"))?;
+    let json = meta.metadata().as_ref().and_then(|m| m.get("sketchfit")).ok_or("not a sketchfit statistics file")?;
+    let header: StatsHeader = serde_json::from_str(json).map_err(|e| format!("bad statistics header: {e}"))?;
+    if header.format != STATS_FORMAT {
+        return Err(format!("not a statistics file (format '{}')", header.format));
+    }
+    if header.version != STATS_VERSION {
+        return Err(format!("statistics version {} is not supported (reads {STATS_VERSION})", header.version));
+    }
+    let st = SafeTensors::deserialize(bytes).map_err(|e| format!("damaged statistics file: {e}"))?;
+    let mut names: Vec<String> = st.names().into_iter().map(String::from).collect();
+    names.sort();
+    let mut datas = Vec::new();
+    for n in &names {
+        datas.push(st.tensor(n).map_err(|e| e.to_string())?.data().to_vec());
+    }
+    if checksum(datas.iter().map(Vec::as_slice)) != header.checksum {
+        return Err("checksum mismatch: the statistics file is damaged".into());
+    }
+    let get = |name: &str, len: usize| -> std::result::Result<Vec<f64>, String> {
+        let t = st.tensor(name).map_err(|_| format!("missing array '{name}'"))?;
+        if t.dtype() != safetensors::Dtype::F64 || t.data().len() != 8 * len {
+            return Err(format!("array '{name}' has the wrong type or size"));
+        }
+        Ok(f64_from(t.data()))
+    };
+    let mut out = Vec::new();
+    for b in &header.blocks {
+        let (dim, c) = (b.dim, b.c);
+        let gram = TriGram::from_raw(dim, get(&format!("{}.gram", b.name), TriGram::len_for(dim))?)
+            .ok_or("the Gram array does not match its dimension")?;
+        out.push((
+            b.name.clone(),
+            GramStats {
+                shift: get(&format!("{}.shift", b.name), dim)?,
+                n: b.n,
+                s: get(&format!("{}.s", b.name), dim)?,
+                gram,
+                c,
+                t: get(&format!("{}.t", b.name), dim * c)?,
+                u: get(&format!("{}.u", b.name), c)?,
+                v: get(&format!("{}.v", b.name), c)?,
+            },
+        ));
+    }
+    Ok((out, header.meta))
 }

@@ -1,11 +1,14 @@
 //! The command line: one file per subcommand, each parsing its flags and calling the
 //! library. Errors print to stderr; bad usage or bad input exits 2, other failures 1.
 
+mod accumulate;
 mod evaluate;
 mod inspect;
 mod kernel_error;
 mod predict;
+mod solve;
 mod train;
+mod transform;
 
 use std::process::ExitCode;
 
@@ -33,6 +36,12 @@ enum Command {
     Inspect(inspect::Args),
     /// Compare each stage's features with its exact kernel on a sample of rows.
     KernelError(kernel_error::Args),
+    /// Write the PCA features of Parquet files.
+    Transform(transform::Args),
+    /// Accumulate one shard's statistics (every N-th row group).
+    Accumulate(accumulate::Args),
+    /// Merge shards' statistics and solve them into a model.
+    Solve(solve::Args),
 }
 
 /// Runs the command line; returns the process exit code.
@@ -51,6 +60,9 @@ pub fn main() -> ExitCode {
         Command::Evaluate(a) => evaluate::run(a),
         Command::Inspect(a) => inspect::run(a),
         Command::KernelError(a) => kernel_error::run(a),
+        Command::Transform(a) => transform::run(a),
+        Command::Accumulate(a) => accumulate::run(a),
+        Command::Solve(a) => solve::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -2,8 +2,8 @@ use std::path::PathBuf;
 
 use crate::error::Result;
 use crate::pipeline::predict::{evaluate, Evaluation};
+use crate::pipeline::run::RunOptions;
 use crate::pipeline::spec::PipelineSpec;
-use crate::source::Dataset;
 
 /// `sketchfit train PIPELINE -o MODEL`
 #[derive(Debug, clap::Args)]
@@ -22,6 +22,9 @@ pub struct Args {
     /// No progress bar or progress lines on stderr.
     #[arg(short, long)]
     quiet: bool,
+    /// Continue from the checkpoint (run.checkpoint, default MODEL.ckpt) of an interrupted run.
+    #[arg(long)]
+    resume: bool,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -30,12 +33,16 @@ pub fn run(a: Args) -> Result<()> {
         set.push(format!("run.threads={t}"));
     }
     let spec = PipelineSpec::load(&a.pipeline, &set)?;
-    // Check the test files before the long pass, so a typo costs nothing.
-    if !spec.data.test.is_empty() {
-        Dataset::open(&spec.data.test, spec.columns())?;
-    }
     let quiet = a.quiet;
-    let model = crate::pipeline::train::train(&spec, !quiet, &mut |line| {
+    let checkpoint = (spec.run.checkpoint_every > 0).then(|| {
+        spec.run.checkpoint.clone().unwrap_or_else(|| {
+            let mut p = a.output.clone().into_os_string();
+            p.push(".ckpt");
+            p.into()
+        })
+    });
+    let opts = RunOptions { progress: !quiet, checkpoint: checkpoint.clone(), resume: a.resume };
+    let model = crate::pipeline::run::train(&spec, &opts, &mut |line| {
         if !quiet {
             eprintln!("{line}");
         }
@@ -62,6 +69,10 @@ pub fn run(a: Args) -> Result<()> {
         }
     }
     model.save(&a.output)?;
+    if let Some(c) = &checkpoint {
+        // The run is complete: its checkpoint has served.
+        let _ = std::fs::remove_file(c);
+    }
     out += &format!("model written to {}\n", a.output.display());
     if !quiet {
         if let Some(kb) = peak_rss_kib() {

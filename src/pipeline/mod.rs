@@ -4,5 +4,6 @@
 
 pub mod kernel_error;
 pub mod predict;
+pub mod run;
 pub mod spec;
 pub mod train;

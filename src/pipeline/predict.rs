@@ -29,6 +29,7 @@ fn open_for(model: &Model, inputs: &[PathBuf], with_truth: bool, keep: &[String]
         label: if with_truth { model.header.label.clone() } else { None },
         targets: if with_truth { model.header.targets.clone() } else { Vec::new() },
         keep: keep.to_vec(),
+        null_labels_unlabeled: false,
     };
     let ds = Dataset::open(inputs, spec)?;
     if ds.dim() != f.dim {
@@ -260,6 +261,58 @@ pub fn predict(model: &Model, inputs: &[PathBuf], output: &Path, opts: &PredictO
         }
         let batch = RecordBatch::try_new(schema.clone(), cols)
             .map_err(|e| Error::data(ch.location.clone(), format!("cannot assemble output rows: {e}")))?;
+        writer.write(&batch).map_err(|source| Error::Parquet { location: Location::file(output), source })?;
+        rows += ch.rows as u64;
+        bar.inc(ch.rows as u64);
+        Ok(())
+    })?;
+    bar.finish_and_clear();
+    writer.close().map_err(|source| Error::Parquet { location: Location::file(output), source })?;
+    out.commit()?;
+    Ok(rows)
+}
+
+/// Writes the PCA features `p(x)` of `inputs` (a `FixedSizeList<f32, ΣE>` column `pca`,
+/// after the kept columns) to `output`, atomically.
+pub fn transform(model: &Model, inputs: &[PathBuf], output: &Path, opts: &PredictOptions) -> Result<u64> {
+    let e: usize = model.header.projections.iter().map(|p| p.components).sum();
+    if e == 0 {
+        return Err(Error::BadModel {
+            path: PathBuf::from("model"),
+            message: "the model has no PCA projection (it was trained without [pca]); nothing to transform".into(),
+        });
+    }
+    let ds = open_for(model, inputs, false, &opts.keep)?;
+    let mut fields: Vec<Field> = Vec::new();
+    for k in &opts.keep {
+        let f =
+            ds.files[0].schema().fields().iter().find(|f| f.name() == k).map(|f| f.as_ref().clone()).ok_or_else(
+                || Error::data(Location::file(&ds.files[0].path).column(k.clone()), "kept column not found"),
+            )?;
+        fields.push(f);
+    }
+    if opts.keep.iter().any(|k| k == "pca") {
+        return Err(Error::config("command line", "--keep", "kept column 'pca' clashes with the output column"));
+    }
+    let item = Arc::new(Field::new("item", DataType::Float32, false));
+    fields.push(Field::new("pca", DataType::FixedSizeList(item.clone(), e as i32), false));
+    let schema = Arc::new(Schema::new(fields));
+    let mut out = AtomicFile::create(output)?;
+    let mut writer = ArrowWriter::try_new(out.take_file(), schema.clone(), None)
+        .map_err(|source| Error::Parquet { location: Location::file(output), source })?;
+    let bar = progress(ds.total_rows(), "transform", opts.progress);
+    let mut z = Vec::new();
+    let mut rows = 0u64;
+    stream(&ds, &ds.units(), opts.chunk_rows, &mut |ch: Chunk| {
+        check_nonnegative(&model.pipeline, &ch, &model.header.features)?;
+        let p = model.transform(&ch.x, ch.rows, &mut z, opts.threads);
+        let values = arrow_array::Float32Array::from_iter_values(p.iter().map(|&v| v as f32));
+        let list = arrow_array::FixedSizeListArray::try_new(item.clone(), e as i32, Arc::new(values), None)
+            .map_err(|err| Error::data(ch.location.clone(), format!("cannot assemble PCA features: {err}")))?;
+        let mut cols: Vec<ArrayRef> = ch.keep.clone();
+        cols.push(Arc::new(list));
+        let batch = RecordBatch::try_new(schema.clone(), cols)
+            .map_err(|err| Error::data(ch.location.clone(), format!("cannot assemble output rows: {err}")))?;
         writer.write(&batch).map_err(|source| Error::Parquet { location: Location::file(output), source })?;
         rows += ch.rows as u64;
         bar.inc(ch.rows as u64);

@@ -43,6 +43,26 @@ pub struct DataSpec {
     /// Target columns (regression).
     #[serde(default)]
     pub targets: Vec<String>,
+    /// Files of unlabeled rows (no label column needed): they enter the PCA only.
+    #[serde(default)]
+    pub unlabeled: Vec<PathBuf>,
+    /// Files scored for every λ of the grid after training; the best λ is kept.
+    #[serde(default)]
+    pub validation: Vec<PathBuf>,
+    /// `"error"` (default) or `"unlabeled"`: rows whose label is null join the PCA only.
+    #[serde(default)]
+    pub null_labels: NullLabels,
+}
+
+/// What a null label means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NullLabels {
+    /// A null label is a data error.
+    #[default]
+    Error,
+    /// A row with a null label is an unlabeled row.
+    Unlabeled,
 }
 
 /// `[pca]`.
@@ -55,6 +75,10 @@ pub struct PcaSpec {
     /// Keep the fewest components that explain this share of the variance, in (0, 1].
     #[serde(default)]
     pub variance: Option<f64>,
+    /// Two-pass mode: the components of each stage's own PCA, one entry per stage
+    /// (default: `components` or `variance` for every stage).
+    #[serde(default)]
+    pub per_stage: Vec<usize>,
 }
 
 /// λ as written: a number or `"gcv"`.
@@ -74,9 +98,22 @@ pub struct RidgeSpec {
     /// A number ≥ 0, or `"gcv"` (default).
     #[serde(default = "default_lambda")]
     pub lambda: LambdaValue,
-    /// One λ per output (GCV only).
+    /// One λ per output (GCV or validation).
     #[serde(default)]
     pub per_output: bool,
+    /// Validation metric: `"accuracy"` (classification default) or `"rmse"`.
+    #[serde(default)]
+    pub metric: Option<Metric>,
+}
+
+/// How validation scores a λ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Metric {
+    /// Share of rows classified right (classification only).
+    Accuracy,
+    /// Root mean squared error of the scores.
+    Rmse,
 }
 
 fn default_lambda() -> LambdaValue {
@@ -85,7 +122,7 @@ fn default_lambda() -> LambdaValue {
 
 impl Default for RidgeSpec {
     fn default() -> Self {
-        RidgeSpec { lambda: default_lambda(), per_output: false }
+        RidgeSpec { lambda: default_lambda(), per_output: false, metric: None }
     }
 }
 
@@ -122,6 +159,16 @@ pub struct RunSpec {
     /// Memory limit in MiB for the statistics and buffers; 0 = the machine's available memory.
     #[serde(default)]
     pub memory_limit_mib: u64,
+    /// Write a checkpoint after this many chunks (at the next row-group boundary); 0 = never.
+    #[serde(default = "default_checkpoint_every")]
+    pub checkpoint_every: usize,
+    /// Checkpoint file (default: the model path with `.ckpt` appended).
+    #[serde(default)]
+    pub checkpoint: Option<PathBuf>,
+}
+
+fn default_checkpoint_every() -> usize {
+    256
 }
 
 fn default_chunk_rows() -> usize {
@@ -143,6 +190,8 @@ impl Default for RunSpec {
             sample_rows: default_sample_rows(),
             shift: ShiftMode::Sample,
             memory_limit_mib: 0,
+            checkpoint_every: default_checkpoint_every(),
+            checkpoint: None,
         }
     }
 }
@@ -154,6 +203,8 @@ pub struct PipelineSpec {
     pub source: String,
     /// Task.
     pub task: Task,
+    /// 1 (one pass, one PCA over all stages) or 2 (a PCA per stage, then ridge).
+    pub passes: u32,
     /// Inputs and columns.
     pub data: DataSpec,
     /// Sketch stages, concatenated.
@@ -166,7 +217,7 @@ pub struct PipelineSpec {
     pub run: RunSpec,
 }
 
-const TOP_KEYS: &[&str] = &["task", "data", "stages", "pca", "ridge", "run"];
+const TOP_KEYS: &[&str] = &["task", "passes", "data", "stages", "pca", "ridge", "run"];
 
 impl PipelineSpec {
     /// Reads and validates a pipeline file with `--set` overrides (`key=value`).
@@ -212,6 +263,12 @@ impl PipelineSpec {
                 v.try_into().map_err(|_| Error::config(file, "task", "must be \"classification\" or \"regression\""))?
             }
         };
+        let passes: u32 = match table.remove("passes") {
+            None => 1,
+            Some(toml::Value::Integer(1)) => 1,
+            Some(toml::Value::Integer(2)) => 2,
+            Some(_) => return Err(Error::config(file, "passes", "must be 1 or 2")),
+        };
         let data: DataSpec = match table.remove("data") {
             None => return Err(Error::config(file, "data", "missing; [data] needs at least train = [\"…\"]")),
             Some(v) => {
@@ -233,6 +290,7 @@ impl PipelineSpec {
         let spec = PipelineSpec {
             source: file.to_string(),
             task,
+            passes,
             data,
             stages,
             pca: section(&mut table, "pca", file)?,
@@ -283,6 +341,34 @@ impl PipelineSpec {
             _ => {}
         }
         self.lambda()?;
+        if !self.pca.per_stage.is_empty() {
+            if self.passes != 2 {
+                return Err(Error::config(f, "pca.per_stage", "per-stage PCA sizes need passes = 2"));
+            }
+            if self.pca.per_stage.len() != self.stages.len() {
+                return Err(Error::config(
+                    f,
+                    "pca.per_stage",
+                    format!("has {} entries for {} stages", self.pca.per_stage.len(), self.stages.len()),
+                ));
+            }
+            if self.pca.per_stage.contains(&0) {
+                return Err(Error::config(f, "pca.per_stage", "every entry must be ≥ 1"));
+            }
+        }
+        if self.passes == 2 && self.components() == Components::All && self.pca.per_stage.is_empty() {
+            return Err(Error::config(
+                f,
+                "pca",
+                "two-pass mode needs a PCA size: pca.components, pca.variance or pca.per_stage",
+            ));
+        }
+        if self.ridge.metric == Some(Metric::Accuracy) && self.task == Task::Regression {
+            return Err(Error::config(f, "ridge.metric", "accuracy is for classification; use \"rmse\""));
+        }
+        if self.data.null_labels == NullLabels::Unlabeled && self.task != Task::Classification {
+            return Err(Error::config(f, "data.null_labels", "null labels as unlabeled rows is for classification"));
+        }
         if self.run.chunk_rows == 0 || self.run.chunk_rows > 1 << 22 {
             return Err(Error::config(f, "run.chunk_rows", "must be from 1 to 4194304"));
         }
@@ -326,7 +412,42 @@ impl PipelineSpec {
             label: self.data.label.clone(),
             targets: self.data.targets.clone(),
             keep: Vec::new(),
+            null_labels_unlabeled: self.data.null_labels == NullLabels::Unlabeled,
         }
+    }
+
+    /// Columns to read from unlabeled files: the features only.
+    pub fn feature_only_columns(&self) -> ColumnSpec {
+        ColumnSpec { label: None, targets: Vec::new(), null_labels_unlabeled: false, ..self.columns() }
+    }
+
+    /// Components of stage `i`'s own PCA (two-pass).
+    pub fn stage_components(&self, i: usize) -> Components {
+        match self.pca.per_stage.get(i) {
+            Some(&e) => Components::Fixed(e),
+            None => self.components(),
+        }
+    }
+
+    /// The validation metric in force.
+    pub fn metric(&self) -> Metric {
+        self.ridge.metric.unwrap_or(match self.task {
+            Task::Classification => Metric::Accuracy,
+            Task::Regression => Metric::Rmse,
+        })
+    }
+
+    /// A fingerprint of everything that decides the statistics (data columns, fitted
+    /// stages, seed, passes, shift): shards and checkpoints must agree on it.
+    pub fn fingerprint(&self, fitted: &[StageSpec], shift_mode: ShiftMode) -> String {
+        let v = serde_json::json!({
+            "task": self.task, "passes": self.passes, "features": self.data.features,
+            "feature_list": self.data.feature_list, "label": self.data.label, "targets": self.data.targets,
+            "null_labels": self.data.null_labels, "stages": fitted, "seed": self.run.seed,
+            "sample_rows": self.run.sample_rows, "shift": shift_mode,
+            "pca": if self.passes == 2 { serde_json::to_value(&self.pca).unwrap_or_default() } else { serde_json::Value::Null },
+        });
+        crate::stats::checksum([v.to_string().as_bytes()])
     }
 
     fn feature_columns(&self) -> FeatureColumns {
@@ -350,7 +471,7 @@ fn resolve_paths(table: &mut toml::Table, base: &Path) {
     let Some(toml::Value::Table(data)) = table.get_mut("data") else {
         return;
     };
-    for key in ["train", "test"] {
+    for key in ["train", "test", "unlabeled", "validation"] {
         match data.get_mut(key) {
             Some(toml::Value::Array(a)) => {
                 for v in a.iter_mut() {

@@ -1,0 +1,55 @@
+use std::path::PathBuf;
+
+use crate::error::Result;
+use crate::pipeline::run::{accumulate_shard, parse_shard, RunOptions};
+use crate::pipeline::spec::PipelineSpec;
+
+/// `sketchfit accumulate PIPELINE --shard i/N -o PART`
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The pipeline file.
+    pipeline: PathBuf,
+    /// This shard, `i/N` (0 ≤ i < N): every N-th row group from the i-th.
+    #[arg(long, default_value = "0/1")]
+    shard: String,
+    /// Where to write the shard's statistics.
+    #[arg(short, long)]
+    output: PathBuf,
+    /// Override a pipeline key (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// No progress on stderr.
+    #[arg(short, long)]
+    quiet: bool,
+    /// Continue from this shard's checkpoint (OUTPUT.ckpt).
+    #[arg(long)]
+    resume: bool,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let mut set = a.set.clone();
+    if let Some(t) = a.threads {
+        set.push(format!("run.threads={t}"));
+    }
+    let spec = PipelineSpec::load(&a.pipeline, &set)?;
+    let shard = parse_shard(&a.shard)?;
+    let mut ck = a.output.clone().into_os_string();
+    ck.push(".ckpt");
+    let checkpoint: PathBuf = ck.into();
+    let opts = RunOptions {
+        progress: !a.quiet,
+        checkpoint: (spec.run.checkpoint_every > 0).then(|| checkpoint.clone()),
+        resume: a.resume,
+    };
+    let quiet = a.quiet;
+    accumulate_shard(&spec, shard, &a.output, &opts, &mut |l| {
+        if !quiet {
+            eprintln!("{l}");
+        }
+    })?;
+    let _ = std::fs::remove_file(&checkpoint);
+    super::print_out(&format!("shard {}/{} statistics written to {}\n", shard.0, shard.1, a.output.display()))
+}

@@ -1,0 +1,57 @@
+use std::path::PathBuf;
+
+use crate::error::Result;
+use crate::pipeline::predict::{evaluate, Evaluation};
+use crate::pipeline::run::solve_parts;
+use crate::pipeline::spec::PipelineSpec;
+
+/// `sketchfit solve PIPELINE PART… -o MODEL`
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The pipeline file the shards ran.
+    pipeline: PathBuf,
+    /// The shards' statistics files.
+    #[arg(required = true)]
+    parts: Vec<PathBuf>,
+    /// Where to write the model.
+    #[arg(short, long)]
+    output: PathBuf,
+    /// Solve even if some shards are missing.
+    #[arg(long)]
+    allow_partial: bool,
+    /// Override a pipeline key (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+    /// No progress on stderr.
+    #[arg(short, long)]
+    quiet: bool,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let spec = PipelineSpec::load(&a.pipeline, &a.set)?;
+    let quiet = a.quiet;
+    let model = solve_parts(&spec, &a.parts, a.allow_partial, &mut |l| {
+        if !quiet {
+            eprintln!("{l}");
+        }
+    })?;
+    let h = &model.header;
+    let mut out = format!(
+        "solved {} rows from {} part(s): D = {}, components = {}, lambda = {}\n",
+        h.rows,
+        a.parts.len(),
+        h.dim,
+        h.components,
+        crate::pipeline::train::lambda_text(&h.lambdas)
+    );
+    if !spec.data.test.is_empty() {
+        if let Evaluation::Classification { rows, accuracy, .. } =
+            evaluate(&model, &spec.data.test, spec.run.chunk_rows, spec.threads(), !quiet)?
+        {
+            out += &format!("test accuracy: {accuracy:.4} ({rows} rows)\n");
+        }
+    }
+    model.save(&a.output)?;
+    out += &format!("model written to {}\n", a.output.display());
+    super::print_out(&out)
+}

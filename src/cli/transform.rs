@@ -1,0 +1,40 @@
+use std::path::PathBuf;
+
+use crate::error::Result;
+use crate::model::Model;
+use crate::pipeline::predict::{transform, PredictOptions};
+
+/// `sketchfit transform MODEL --input FILES --output OUT.parquet`
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The model file.
+    model: PathBuf,
+    /// Parquet files (paths or globs).
+    #[arg(short, long, required = true, num_args = 1..)]
+    input: Vec<PathBuf>,
+    /// Output Parquet file: a FixedSizeList<f32> column `pca` and the kept columns.
+    #[arg(short, long)]
+    output: PathBuf,
+    /// Copy this input column to the output (repeatable).
+    #[arg(long)]
+    keep: Vec<String>,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Rows per chunk.
+    #[arg(long, default_value_t = 8192)]
+    chunk_rows: usize,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let model = Model::load(&a.model)?;
+    let opts = PredictOptions {
+        keep: a.keep,
+        scores: false,
+        chunk_rows: a.chunk_rows.max(1),
+        threads: super::threads(a.threads),
+        progress: true,
+    };
+    let rows = transform(&model, &a.input, &a.output, &opts)?;
+    super::print_out(&format!("{rows} rows of PCA features written to {}\n", a.output.display()))
+}

@@ -1,0 +1,1169 @@
+//! The training drivers. One pass (Algorithm 4 of the χ² paper, math.md §13.2–13.3):
+//! a single scan accumulates the labeled statistics and, when there are unlabeled rows,
+//! theirs, then PCA (on all rows) and ridge (on the labeled ones) solve from them. Two
+//! passes (Algorithm 5, math.md §13.5): pass one accumulates each stage's own
+//! covariance and fits its PCA; pass two projects every stage, concatenates, and
+//! accumulates the statistics of the concatenation for ridge.
+//!
+//! Before either, [`prepare`] opens and checks every input, scans the class set,
+//! draws the pre-pass sample, fits the data-dependent stage parameters and the shift,
+//! and states the memory the run needs. Work is counted in units (row groups); a run
+//! can checkpoint its statistics at unit boundaries and resume, and a shard
+//! accumulates every N-th unit so that `solve` can merge the shards.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Location, Result};
+use crate::model::{header_base, Model, ModelHeader, Projection, ProjectionInfo, ValidationTable};
+use crate::pipeline::spec::{Metric, PipelineSpec, ShiftMode, Task};
+use crate::pipeline::train::{check_nonnegative, encode_targets, lambda_text, progress, sample_mean};
+use crate::rng::StageRng;
+use crate::sketch::{FeaturePipeline, StageSpec};
+use crate::solve::{Components, LambdaChoice, Pca, RotatedProblem};
+use crate::source::{Chunk, Classes, Dataset, ResolvedFeatures, Unit};
+use crate::stats::{stats_from_bytes, stats_to_bytes, GramStats};
+
+/// Options of a training run beyond the pipeline file.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Show a progress bar.
+    pub progress: bool,
+    /// Where to write checkpoints (none: no checkpoints).
+    pub checkpoint: Option<PathBuf>,
+    /// Resume from the checkpoint.
+    pub resume: bool,
+}
+
+/// A row group of the labeled (`unlabeled = false`) or unlabeled inputs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkUnit {
+    /// From the unlabeled inputs.
+    pub unlabeled: bool,
+    /// The row group.
+    pub unit: Unit,
+}
+
+/// Everything fixed before the first main-pass row.
+#[derive(Debug)]
+pub struct Prepared {
+    /// Labeled inputs.
+    pub labeled: Dataset,
+    /// Unlabeled inputs.
+    pub unlabeled: Option<Dataset>,
+    /// Classes (classification).
+    pub classes: Option<Classes>,
+    /// Outputs.
+    pub c: usize,
+    /// Stages with fitted parameters.
+    pub stages: Vec<StageSpec>,
+    /// The map.
+    pub pipeline: FeaturePipeline,
+    /// The accumulator shift.
+    pub shift: Vec<f64>,
+    /// Fingerprint of what decides the statistics.
+    pub fingerprint: String,
+    /// Every unit, labeled inputs first.
+    pub work: Vec<WorkUnit>,
+    /// Rows may be unlabeled (unlabeled files or null labels).
+    pub semi: bool,
+}
+
+fn mib(b: u64) -> String {
+    format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64)
+}
+
+fn available_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+impl Prepared {
+    fn dataset(&self, unlabeled: bool) -> &Dataset {
+        if unlabeled {
+            self.unlabeled.as_ref().expect("unlabeled units come from the unlabeled inputs")
+        } else {
+            &self.labeled
+        }
+    }
+
+    /// The features as resolved on the first labeled file.
+    pub fn features(&self) -> &ResolvedFeatures {
+        &self.labeled.features
+    }
+
+    /// A unit's identity for shard manifests: (unlabeled, file path, row group).
+    fn unit_id(&self, w: &WorkUnit) -> (bool, String, usize) {
+        (w.unlabeled, self.dataset(w.unlabeled).files[w.unit.file].path.display().to_string(), w.unit.row_group)
+    }
+}
+
+/// Opens and checks the inputs, scans the classes, fits the stages and the shift on
+/// the pre-pass sample, and checks the memory the run needs.
+pub fn prepare(spec: &PipelineSpec, say: &mut dyn FnMut(&str)) -> Result<Prepared> {
+    let labeled = Dataset::open(&spec.data.train, spec.columns())?;
+    let d = labeled.dim();
+    let unlabeled = if spec.data.unlabeled.is_empty() {
+        None
+    } else {
+        let u = Dataset::open(&spec.data.unlabeled, spec.feature_only_columns())?;
+        if u.dim() != d || u.features.columns != labeled.features.columns {
+            return Err(Error::data(
+                Location::file(&u.files[0].path),
+                format!(
+                    "the unlabeled files have {} features, the training files {d}: the feature columns must match",
+                    u.dim()
+                ),
+            ));
+        }
+        Some(u)
+    };
+    for files in [&spec.data.test, &spec.data.validation] {
+        if !files.is_empty() {
+            Dataset::open(files, ColumnsFor::labeled(spec))?;
+        }
+    }
+    let classes = match spec.task {
+        Task::Classification => {
+            let classes = labeled.scan_classes()?;
+            if classes.len() < 2 {
+                return Err(Error::data(
+                    Location::file(&labeled.files[0].path).column(spec.data.label.clone().unwrap_or_default()),
+                    format!(
+                        "the label column has {} distinct value(s); classification needs at least 2",
+                        classes.len()
+                    ),
+                ));
+            }
+            Some(classes)
+        }
+        Task::Regression => None,
+    };
+    let c = match &classes {
+        Some(k) if k.len() == 2 => 1,
+        Some(k) => k.len(),
+        None => spec.data.targets.len(),
+    };
+    let mut work: Vec<WorkUnit> = labeled.units().into_iter().map(|unit| WorkUnit { unlabeled: false, unit }).collect();
+    if let Some(u) = &unlabeled {
+        work.extend(u.units().into_iter().map(|unit| WorkUnit { unlabeled: true, unit }));
+    }
+    let semi = unlabeled.is_some() || spec.columns().null_labels_unlabeled;
+
+    let features = labeled.features.clone();
+    let needs_nonneg = spec.stages.iter().any(StageSpec::needs_nonnegative);
+    let mut check = |ch: &Chunk| -> Result<()> {
+        if needs_nonneg {
+            if let Some(p) = ch.x.iter().position(|&v| v < 0.0) {
+                let (r, j) = (p / d, p % d);
+                let column =
+                    if features.list { format!("{}[{j}]", features.columns[0]) } else { features.columns[j].clone() };
+                return Err(Error::data(
+                    ch.location.clone().column(column).row(ch.first_row + r),
+                    format!(
+                        "value {} is negative; χ² stages need non-negative inputs such as histograms or counts",
+                        ch.x[p]
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    };
+    let sample = prepass_sample(&labeled, unlabeled.as_ref(), &work, spec, &mut check)?;
+    let stages: Vec<StageSpec> =
+        spec.stages.iter().enumerate().map(|(i, s)| s.fit(&sample, d, spec.run.seed, i)).collect();
+    let pipeline = FeaturePipeline::build(&stages, d, spec.run.seed);
+    let threads = spec.threads();
+    let shift = match spec.run.shift {
+        ShiftMode::Zero => vec![0.0; pipeline.output_dim()],
+        ShiftMode::Sample => sample_mean(&pipeline, &sample, threads),
+    };
+    let fingerprint = spec.fingerprint(&stages, spec.run.shift);
+    let prep = Prepared { labeled, unlabeled, classes, c, stages, pipeline, shift, fingerprint, work, semi };
+    check_memory(spec, &prep, say)?;
+    Ok(prep)
+}
+
+/// Column sets for the other labeled inputs (test, validation).
+struct ColumnsFor;
+
+impl ColumnsFor {
+    fn labeled(spec: &PipelineSpec) -> crate::source::ColumnSpec {
+        crate::source::ColumnSpec { null_labels_unlabeled: false, ..spec.columns() }
+    }
+}
+
+/// The pre-pass sample: units in a seeded random order until they hold four times the
+/// sample size (every unit for small inputs), then a seeded reservoir over their rows.
+/// It reads only those row groups and is the same in every shard.
+fn prepass_sample(
+    labeled: &Dataset,
+    unlabeled: Option<&Dataset>,
+    work: &[WorkUnit],
+    spec: &PipelineSpec,
+    check: &mut dyn FnMut(&Chunk) -> Result<()>,
+) -> Result<Vec<f32>> {
+    let n = spec.run.sample_rows.max(1);
+    let d = labeled.dim();
+    let mut rng = StageRng::new(spec.run.seed, u64::MAX - 1);
+    let mut order: Vec<usize> = (0..work.len()).collect();
+    for k in (1..order.len()).rev() {
+        let j = rng.below(k as u32 + 1) as usize;
+        order.swap(k, j);
+    }
+    let mut take = Vec::new();
+    let mut rows = 0;
+    for &i in &order {
+        if rows >= 4 * n {
+            break;
+        }
+        take.push(i);
+        rows += work[i].unit.rows;
+    }
+    take.sort_unstable();
+    let mut res = StageRng::new(spec.run.seed, u64::MAX);
+    let mut keep: Vec<f32> = Vec::with_capacity(n.min(rows) * d);
+    let mut seen: u64 = 0;
+    for &i in &take {
+        let w = work[i];
+        let ds = if w.unlabeled { unlabeled.expect("unlabeled inputs") } else { labeled };
+        ds.read_unit(w.unit, spec.run.chunk_rows, &mut |ch: Chunk| {
+            check(&ch)?;
+            for r in 0..ch.rows {
+                let row = &ch.x[r * d..(r + 1) * d];
+                if (seen as usize) < n {
+                    keep.extend_from_slice(row);
+                } else {
+                    let j = (res.uniform() * (seen + 1) as f64) as usize;
+                    if j < n {
+                        keep[j * d..(j + 1) * d].copy_from_slice(row);
+                    }
+                }
+                seen += 1;
+            }
+            Ok(())
+        })?;
+    }
+    Ok(keep)
+}
+
+fn stage_ranges(pipeline: &FeaturePipeline) -> Vec<std::ops::Range<usize>> {
+    let mut start = 0;
+    pipeline
+        .stages()
+        .iter()
+        .map(|s| {
+            let r = start..start + s.output_dim();
+            start = r.end;
+            r
+        })
+        .collect()
+}
+
+fn check_memory(spec: &PipelineSpec, prep: &Prepared, say: &mut dyn FnMut(&str)) -> Result<()> {
+    let (d, dim, c) = (prep.labeled.dim(), prep.pipeline.output_dim(), prep.c);
+    let chunk = spec.run.chunk_rows;
+    let stats = if spec.passes == 2 {
+        let ranges = stage_ranges(&prep.pipeline);
+        let e: usize = ranges
+            .iter()
+            .enumerate()
+            .map(|(i, r)| match spec.stage_components(i) {
+                Components::Fixed(e) => e.min(r.len()),
+                _ => r.len(),
+            })
+            .sum();
+        ranges.iter().map(|r| GramStats::bytes_for(r.len(), 0)).sum::<u64>() + GramStats::bytes_for(e, c)
+    } else {
+        GramStats::bytes_for(dim, c) * if prep.semi { 2 } else { 1 }
+    };
+    let buffers = (4 * chunk * (d * 4 + dim)) as u64 + GramStats::scratch_bytes(dim);
+    let solve = 3 * 8 * (dim * dim) as u64;
+    let needed = stats + buffers + solve;
+    say(&format!(
+        "memory: statistics {} (D = {dim}, {} pass(es){}), chunk buffers {}, solve {}; {} rows × d = {d} in {} file(s)",
+        mib(stats),
+        spec.passes,
+        if prep.semi { ", labeled and unlabeled" } else { "" },
+        mib(buffers),
+        mib(solve),
+        prep.labeled.total_rows() + prep.unlabeled.as_ref().map_or(0, Dataset::total_rows),
+        prep.labeled.files.len() + prep.unlabeled.as_ref().map_or(0, |u| u.files.len()),
+    ));
+    let limit = if spec.run.memory_limit_mib > 0 { Some(spec.run.memory_limit_mib << 20) } else { available_memory() };
+    if let Some(limit) = limit {
+        if needed > limit {
+            return Err(Error::Memory {
+                needed,
+                limit,
+                hint: "lower the stages' dim (the Gram grows as D²) or raise run.memory_limit_mib".into(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The running statistics of a training run.
+#[derive(Debug, Clone)]
+pub enum State {
+    /// One pass: labeled rows, and unlabeled rows when there are any.
+    One {
+        /// `L`.
+        labeled: GramStats,
+        /// `U` (PCA only).
+        unlabeled: Option<GramStats>,
+    },
+    /// Two passes: per-stage statistics over all rows, then the projected statistics.
+    Two {
+        /// Pass one, one per stage.
+        pass1: Vec<GramStats>,
+        /// Pass two (present once pass one is complete).
+        pass2: Option<GramStats>,
+    },
+}
+
+impl State {
+    fn new(spec: &PipelineSpec, prep: &Prepared) -> State {
+        if spec.passes == 2 {
+            let pass1 =
+                stage_ranges(&prep.pipeline).into_iter().map(|r| GramStats::new(prep.shift[r].to_vec(), 0)).collect();
+            State::Two { pass1, pass2: None }
+        } else {
+            State::One {
+                labeled: GramStats::new(prep.shift.clone(), prep.c),
+                unlabeled: prep.semi.then(|| GramStats::new(prep.shift.clone(), 0)),
+            }
+        }
+    }
+
+    fn pass(&self) -> u32 {
+        match self {
+            State::Two { pass2: Some(_), .. } => 2,
+            _ => 1,
+        }
+    }
+
+    /// Named blocks for a statistics file.
+    fn blocks(&self) -> Vec<(String, &GramStats)> {
+        match self {
+            State::One { labeled, unlabeled } => {
+                let mut v = vec![("labeled".to_string(), labeled)];
+                if let Some(u) = unlabeled {
+                    v.push(("unlabeled".into(), u));
+                }
+                v
+            }
+            State::Two { pass1, pass2 } => {
+                let mut v: Vec<(String, &GramStats)> =
+                    pass1.iter().enumerate().map(|(i, s)| (format!("pass1.stage{i}"), s)).collect();
+                if let Some(p) = pass2 {
+                    v.push(("pass2".into(), p));
+                }
+                v
+            }
+        }
+    }
+
+    fn from_blocks(passes: u32, mut blocks: Vec<(String, GramStats)>) -> std::result::Result<State, String> {
+        let mut take = |name: &str| blocks.iter().position(|(n, _)| n == name).map(|i| blocks.remove(i).1);
+        if passes == 2 {
+            let mut pass1 = Vec::new();
+            while let Some(s) = take(&format!("pass1.stage{}", pass1.len())) {
+                pass1.push(s);
+            }
+            if pass1.is_empty() {
+                return Err("no pass-one statistics".into());
+            }
+            Ok(State::Two { pass1, pass2: take("pass2") })
+        } else {
+            let labeled = take("labeled").ok_or("no labeled statistics")?;
+            Ok(State::One { labeled, unlabeled: take("unlabeled") })
+        }
+    }
+
+    fn merge(&mut self, other: &State) -> std::result::Result<(), String> {
+        match (self, other) {
+            (State::One { labeled, unlabeled }, State::One { labeled: l2, unlabeled: u2 }) => {
+                if labeled.dim() != l2.dim() || labeled.c != l2.c {
+                    return Err("statistics of different shapes".into());
+                }
+                labeled.merge(l2);
+                match (unlabeled, u2) {
+                    (Some(a), Some(b)) => a.merge(b),
+                    (None, None) => {}
+                    _ => return Err("one part has unlabeled statistics and the other not".into()),
+                }
+                Ok(())
+            }
+            _ => Err("only one-pass statistics merge".into()),
+        }
+    }
+}
+
+/// Per-stage PCA results of two-pass pass one.
+#[derive(Debug, Clone)]
+struct StagePca {
+    range: std::ops::Range<usize>,
+    mean: Vec<f64>,
+    basis: Vec<f64>,
+    e: usize,
+    eigenvalues: Vec<f64>,
+}
+
+fn fit_stage_pcas(
+    spec: &PipelineSpec,
+    pass1: &[GramStats],
+    ranges: &[std::ops::Range<usize>],
+    say: &mut dyn FnMut(&str),
+) -> Result<Vec<StagePca>> {
+    pass1
+        .iter()
+        .zip(ranges)
+        .enumerate()
+        .map(|(i, (st, r))| {
+            let cen = st.centered();
+            let pca = Pca::fit(&cen, spec.stage_components(i))?;
+            for w in &pca.warnings {
+                say(&format!("warning: stage {i}: {w}"));
+            }
+            Ok(StagePca {
+                range: r.clone(),
+                mean: cen.mean,
+                basis: pca.basis,
+                e: pca.e_eff,
+                eigenvalues: pca.eigenvalues,
+            })
+        })
+        .collect()
+}
+
+/// `p(x) = [Ū_iᵀ(z_i − z̄_i)]_i` for a chunk of features (`rows × ΣE_i`, f64).
+fn project(pcas: &[StagePca], z: &[f32], rows: usize, dim: usize) -> Vec<f64> {
+    let total: usize = pcas.iter().map(|p| p.e).sum();
+    let mut out = vec![0.0; rows * total];
+    let mut col = 0;
+    for p in pcas {
+        let len = p.range.len();
+        let zc =
+            ndarray::Array2::from_shape_fn((rows, len), |(r, i)| f64::from(z[r * dim + p.range.start + i]) - p.mean[i]);
+        let u = ndarray::ArrayView2::from_shape((len, p.e), &p.basis).expect("basis shape");
+        let q = zc.dot(&u);
+        for r in 0..rows {
+            for j in 0..p.e {
+                out[r * total + col + j] = q[(r, j)];
+            }
+        }
+        col += p.e;
+    }
+    out
+}
+
+/// Labeled-row mask and targets of a chunk.
+fn targets(prep: &Prepared, spec: &PipelineSpec, ch: &Chunk, unlabeled_input: bool) -> Result<(Vec<bool>, Vec<f64>)> {
+    if unlabeled_input {
+        return Ok((vec![false; ch.rows], Vec::new()));
+    }
+    match &prep.classes {
+        Some(k) => {
+            let labels = ch.labels.as_ref().expect("label column is read for classification");
+            let loc = ch.location.clone().column(spec.data.label.clone().unwrap_or_default());
+            let codes = k.encode_opt(labels, &loc)?;
+            let mask: Vec<bool> = codes.iter().map(Option::is_some).collect();
+            let mut y = Vec::new();
+            encode_targets(&codes.iter().flatten().copied().collect::<Vec<_>>(), prep.c, &mut y);
+            Ok((mask, y))
+        }
+        None => Ok((vec![true; ch.rows], ch.targets.clone())),
+    }
+}
+
+fn select_rows<T: Copy>(v: &[T], width: usize, mask: &[bool], keep: bool) -> Vec<T> {
+    v.chunks_exact(width.max(1)).zip(mask).filter(|(_, &m)| m == keep).flat_map(|(r, _)| r.iter().copied()).collect()
+}
+
+fn data_err(ch: &Chunk) -> impl Fn(Error) -> Error + '_ {
+    move |e| match e {
+        Error::Numerical(m) => Error::data(ch.location.clone(), m),
+        e => e,
+    }
+}
+
+/// Writes checkpoints at unit boundaries.
+struct Checkpointer<'a> {
+    path: &'a Path,
+    every: usize,
+    since: usize,
+    fingerprint: &'a str,
+}
+
+#[derive(Serialize, Deserialize)]
+struct CheckpointMeta {
+    kind: String,
+    fingerprint: String,
+    passes: u32,
+    pass: u32,
+    done: Vec<usize>,
+}
+
+impl Checkpointer<'_> {
+    fn write(&self, state: &State, done: &[usize]) -> Result<()> {
+        let meta = CheckpointMeta {
+            kind: "checkpoint".into(),
+            fingerprint: self.fingerprint.to_string(),
+            passes: if matches!(state, State::Two { .. }) { 2 } else { 1 },
+            pass: state.pass(),
+            done: done.to_vec(),
+        };
+        let blocks = state.blocks();
+        let named: Vec<(&str, &GramStats)> = blocks.iter().map(|(n, s)| (n.as_str(), *s)).collect();
+        let bytes = stats_to_bytes(&named, serde_json::to_value(&meta).unwrap_or_default())?;
+        crate::atomic::write_bytes(self.path, &bytes)
+    }
+}
+
+fn load_checkpoint(path: &Path, fingerprint: &str) -> Result<(State, Vec<usize>)> {
+    let bad = |message: String| Error::BadModel { path: path.into(), message };
+    let bytes = std::fs::read(path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            bad("no checkpoint to resume from".into())
+        } else {
+            Error::io(path, e)
+        }
+    })?;
+    let (blocks, meta) = stats_from_bytes(&bytes).map_err(bad)?;
+    let meta: CheckpointMeta = serde_json::from_value(meta).map_err(|e| bad(format!("bad checkpoint header: {e}")))?;
+    if meta.kind != "checkpoint" {
+        return Err(bad("not a checkpoint".into()));
+    }
+    if meta.fingerprint != fingerprint {
+        return Err(
+            bad("the checkpoint was written by a different pipeline or data; remove it to start afresh".into()),
+        );
+    }
+    let state = State::from_blocks(meta.passes, blocks).map_err(bad)?;
+    if state.pass() != meta.pass {
+        return Err(bad("the checkpoint's pass does not match its statistics".into()));
+    }
+    Ok((state, meta.done))
+}
+
+/// Units done before the test hook aborts the process (simulating a kill).
+fn abort_after() -> Option<usize> {
+    std::env::var("SKETCHFIT_TEST_ABORT_AFTER_UNITS").ok().and_then(|v| v.parse().ok())
+}
+
+/// Runs the current pass over `units` (indices into `prep.work`), skipping `done`.
+#[allow(clippy::too_many_arguments)]
+fn run_pass(
+    spec: &PipelineSpec,
+    prep: &Prepared,
+    state: &mut State,
+    units: &[usize],
+    done: &mut Vec<usize>,
+    pcas: Option<&[StagePca]>,
+    ckpt: &mut Option<Checkpointer>,
+    show: bool,
+) -> Result<()> {
+    let threads = spec.threads();
+    let dim = prep.pipeline.output_dim();
+    let ranges = stage_ranges(&prep.pipeline);
+    let finished: BTreeSet<usize> = done.iter().copied().collect();
+    let todo: Vec<usize> = units.iter().copied().filter(|u| !finished.contains(u)).collect();
+    let total: u64 = todo.iter().map(|&i| prep.work[i].unit.rows as u64).sum();
+    let bar = progress(total, if state.pass() == 2 { "pass 2" } else { "train" }, show);
+    let mut z = Vec::new();
+    let abort = abort_after();
+    for &wi in &todo {
+        let w = prep.work[wi];
+        let ds = prep.dataset(w.unlabeled);
+        let mut chunks = 0;
+        crate::pipeline::train::stream(ds, &[w.unit], spec.run.chunk_rows, &mut |ch: Chunk| {
+            check_nonnegative(&prep.pipeline, &ch, ds.features_ref())?;
+            z.resize(ch.rows * dim, 0.0);
+            prep.pipeline.map_chunk(&ch.x, ch.rows, &mut z, threads);
+            let (mask, y) = targets(prep, spec, &ch, w.unlabeled)?;
+            let all_labeled = mask.iter().all(|&m| m);
+            match state {
+                State::One { labeled, unlabeled } => {
+                    if all_labeled {
+                        labeled.add(&z, &y, ch.rows, threads).map_err(data_err(&ch))?;
+                    } else {
+                        let zl = select_rows(&z, dim, &mask, true);
+                        labeled.add(&zl, &y, zl.len() / dim, threads).map_err(data_err(&ch))?;
+                        let zu = select_rows(&z, dim, &mask, false);
+                        let u = unlabeled.as_mut().expect("unlabeled statistics exist when rows may be unlabeled");
+                        u.add(&zu, &[], zu.len() / dim, threads).map_err(data_err(&ch))?;
+                    }
+                }
+                State::Two { pass1, pass2: None } => {
+                    for (st, r) in pass1.iter_mut().zip(&ranges) {
+                        let block: Vec<f32> =
+                            z.chunks_exact(dim).flat_map(|row| row[r.clone()].iter().copied()).collect();
+                        st.add(&block, &[], ch.rows, threads).map_err(data_err(&ch))?;
+                    }
+                }
+                State::Two { pass2: Some(p2), .. } => {
+                    let zl = if all_labeled { z.clone() } else { select_rows(&z, dim, &mask, true) };
+                    let rows = zl.len() / dim;
+                    let p = project(pcas.expect("pass two has pass-one projections"), &zl, rows, dim);
+                    p2.add_f64(&p, &y, rows, threads).map_err(data_err(&ch))?;
+                }
+            }
+            chunks += 1;
+            bar.inc(ch.rows as u64);
+            Ok(())
+        })?;
+        done.push(wi);
+        if let Some(c) = ckpt.as_mut() {
+            c.since += chunks;
+            if c.every > 0 && c.since >= c.every {
+                c.write(state, done)?;
+                c.since = 0;
+            }
+        }
+        if abort.is_some_and(|n| done.len() >= n) {
+            std::process::abort();
+        }
+    }
+    bar.finish_and_clear();
+    Ok(())
+}
+
+impl Dataset {
+    fn features_ref(&self) -> &ResolvedFeatures {
+        &self.features
+    }
+}
+
+/// Accumulates every pass for `units` (all of them for a single run, a shard's share
+/// for `accumulate`), with checkpoints as asked. Returns the final state and, in
+/// two-pass mode, the per-stage PCAs.
+fn accumulate(
+    spec: &PipelineSpec,
+    prep: &Prepared,
+    units: &[usize],
+    opts: &RunOptions,
+    say: &mut dyn FnMut(&str),
+) -> Result<(State, Option<Vec<StagePca>>)> {
+    let (mut state, mut done) = match (&opts.checkpoint, opts.resume) {
+        (Some(path), true) if path.exists() => {
+            let (s, d) = load_checkpoint(path, &prep.fingerprint)?;
+            say(&format!("resuming from {} (pass {}, {} row groups done)", path.display(), s.pass(), d.len()));
+            (s, d)
+        }
+        (Some(path), true) => {
+            say(&format!("no checkpoint at {}: starting afresh", path.display()));
+            (State::new(spec, prep), Vec::new())
+        }
+        _ => (State::new(spec, prep), Vec::new()),
+    };
+    let mut ckpt = opts.checkpoint.as_deref().map(|path| Checkpointer {
+        path,
+        every: spec.run.checkpoint_every,
+        since: 0,
+        fingerprint: &prep.fingerprint,
+    });
+    let start = std::time::Instant::now();
+    if state.pass() == 1 {
+        run_pass(spec, prep, &mut state, units, &mut done, None, &mut ckpt, opts.progress)?;
+    }
+    let rows = |s: &State| match s {
+        State::One { labeled, unlabeled } => labeled.n + unlabeled.as_ref().map_or(0, |u| u.n),
+        State::Two { pass1, .. } => pass1.first().map_or(0, |p| p.n),
+    };
+    let secs = start.elapsed().as_secs_f64();
+    say(&format!("pass 1: {} rows in {secs:.1} s ({:.0} rows/s)", rows(&state), rows(&state) as f64 / secs.max(1e-9)));
+    let mut pcas = None;
+    if let State::Two { pass1, pass2 } = &mut state {
+        let ranges = stage_ranges(&prep.pipeline);
+        let fitted = fit_stage_pcas(spec, pass1, &ranges, say)?;
+        if pass2.is_none() {
+            let e: usize = fitted.iter().map(|p| p.e).sum();
+            *pass2 = Some(GramStats::new(vec![0.0; e], prep.c));
+            done.clear();
+            if let Some(c) = ckpt.as_mut() {
+                c.write(&state, &done)?;
+                c.since = 0;
+            }
+        }
+        let start = std::time::Instant::now();
+        run_pass(spec, prep, &mut state, units, &mut done, Some(&fitted), &mut ckpt, opts.progress)?;
+        let secs = start.elapsed().as_secs_f64();
+        if let State::Two { pass2: Some(p2), .. } = &state {
+            say(&format!("pass 2: {} labeled rows in {secs:.1} s ({:.0} rows/s)", p2.n, p2.n as f64 / secs.max(1e-9)));
+        }
+        pcas = Some(fitted);
+    }
+    Ok((state, pcas))
+}
+
+/// What the solve produced besides the weights: the rotated problem for validation.
+struct Solved {
+    problem: RotatedProblem,
+    labeled: crate::stats::Centered,
+    projections: Vec<(ProjectionInfo, Projection)>,
+    eigenvalues: Vec<f64>,
+    pcas: Option<Vec<StagePca>>,
+    rows: u64,
+    unlabeled_rows: u64,
+    components: usize,
+    components_requested: usize,
+}
+
+fn solve_state(
+    spec: &PipelineSpec,
+    state: &State,
+    pcas: Option<Vec<StagePca>>,
+    say: &mut dyn FnMut(&str),
+) -> Result<Solved> {
+    match state {
+        State::One { labeled, unlabeled } => {
+            if labeled.n < 2 {
+                return Err(Error::data(
+                    Location::default(),
+                    format!("{} labeled row(s); at least 2 are needed", labeled.n),
+                ));
+            }
+            let cl = labeled.centered();
+            let components = spec.components();
+            let use_pca = components != Components::All;
+            let (pca, ca, unl) = match unlabeled {
+                Some(u) if u.n > 0 => {
+                    let mut all = labeled.without_targets();
+                    all.merge(u);
+                    let ca = all.centered();
+                    (Pca::fit(&ca, components)?, Some(ca), u.n)
+                }
+                _ => (Pca::fit(&cl, components)?, None, 0),
+            };
+            for w in &pca.warnings {
+                say(&format!("warning: {w}"));
+            }
+            let problem = RotatedProblem::new(&pca, &cl, ca.is_none(), use_pca)?;
+            let mean_a = ca.as_ref().map_or(cl.mean.clone(), |c| c.mean.clone());
+            let dim = cl.mean.len();
+            let projections = if use_pca {
+                vec![(
+                    ProjectionInfo { start: 0, end: dim, components: pca.e_eff },
+                    Projection { mean: mean_a, basis: pca.basis.clone(), eigenvalues: pca.eigenvalues.clone() },
+                )]
+            } else {
+                Vec::new()
+            };
+            Ok(Solved {
+                problem,
+                rows: cl.n,
+                labeled: cl,
+                projections,
+                eigenvalues: pca.eigenvalues.clone(),
+                pcas: None,
+                unlabeled_rows: unl,
+                components: if use_pca { pca.e_eff } else { dim },
+                components_requested: if use_pca { pca.e_requested } else { dim },
+            })
+        }
+        State::Two { pass1, pass2 } => {
+            let p2 = pass2.as_ref().ok_or_else(|| Error::Numerical("pass two did not run".into()))?;
+            if p2.n < 2 {
+                return Err(Error::data(
+                    Location::default(),
+                    format!("{} labeled row(s); at least 2 are needed", p2.n),
+                ));
+            }
+            let pcas = pcas.ok_or_else(|| Error::Numerical("no pass-one projections".into()))?;
+            let cl = p2.centered();
+            let full = Pca::fit(&cl, Components::All)?;
+            let problem = RotatedProblem::new(&full, &cl, true, false)?;
+            let projections = pcas
+                .iter()
+                .map(|p| {
+                    (
+                        ProjectionInfo { start: p.range.start, end: p.range.end, components: p.e },
+                        Projection { mean: p.mean.clone(), basis: p.basis.clone(), eigenvalues: p.eigenvalues.clone() },
+                    )
+                })
+                .collect();
+            let e: usize = pcas.iter().map(|p| p.e).sum();
+            Ok(Solved {
+                problem,
+                rows: cl.n,
+                labeled: cl,
+                projections,
+                eigenvalues: pcas[0].eigenvalues.clone(),
+                unlabeled_rows: pass1.first().map_or(0, |s| s.n) - p2.n,
+                components: e,
+                components_requested: e,
+                pcas: Some(pcas),
+            })
+        }
+    }
+}
+
+/// Folds coefficients in the rotated basis into `W` (D × c) and `b`.
+fn fold(solved: &Solved, coef: &[f64], dim: usize) -> (Vec<f64>, Vec<f64>) {
+    let c = solved.problem.c;
+    let (wp, bp) = solved.problem.fold(coef, &solved.labeled);
+    match &solved.pcas {
+        None => (wp, bp),
+        Some(pcas) => {
+            // W_i = Ū_i w_i, b = b_p − Σ W_iᵀ z̄_i (math.md §13.5).
+            let mut w = vec![0.0; dim * c];
+            let mut b = bp;
+            let mut row = 0;
+            for p in pcas {
+                for (i, zi) in p.range.clone().zip(&p.mean) {
+                    let li = i - p.range.start;
+                    for k in 0..c {
+                        let v: f64 = (0..p.e).map(|j| p.basis[li * p.e + j] * wp[(row + j) * c + k]).sum();
+                        w[i * c + k] = v;
+                        b[k] -= v * zi;
+                    }
+                }
+                row += p.e;
+            }
+            (w, b)
+        }
+    }
+}
+
+/// Rotated features `q(x) = Bᵀ(φ(x) − mean)` of a chunk, where φ is `z` (one pass) or
+/// the projection `p` (two passes): the validation scores of every λ are linear in q.
+fn rotated(solved: &Solved, z: &[f32], rows: usize, dim: usize) -> Vec<f64> {
+    let k = solved.problem.k;
+    let (phi, width): (Vec<f64>, usize) = match &solved.pcas {
+        None => (z[..rows * dim].iter().map(|&v| f64::from(v)).collect(), dim),
+        Some(p) => {
+            let e = p.iter().map(|x| x.e).sum();
+            (project(p, z, rows, dim), e)
+        }
+    };
+    let centred = ndarray::Array2::from_shape_fn((rows, width), |(r, i)| phi[r * width + i] - solved.labeled.mean[i]);
+    let b = ndarray::ArrayView2::from_shape((width, k), &solved.problem.basis).expect("basis shape");
+    centred.dot(&b).iter().copied().collect()
+}
+
+fn validate(
+    spec: &PipelineSpec,
+    prep_pipeline: &FeaturePipeline,
+    classes: Option<&Classes>,
+    solved: &Solved,
+    say: &mut dyn FnMut(&str),
+) -> Result<(ValidationTable, Vec<f64>)> {
+    let ds = Dataset::open(&spec.data.validation, ColumnsFor::labeled(spec))?;
+    let (_, grid) = solved.problem.grid();
+    let (c, k, dim) = (solved.problem.c, solved.problem.k, prep_pipeline.output_dim());
+    let p = &solved.problem;
+    let ymean = &solved.labeled.ymean;
+    let mut sq = vec![vec![0.0; c]; grid.len()];
+    let mut right = vec![0u64; grid.len()];
+    let mut rows = 0u64;
+    let threads = spec.threads();
+    let mut z = Vec::new();
+    // Coefficients per λ, `k × c` each.
+    let coefs: Vec<Vec<f64>> = grid.iter().map(|&l| p.coefficients(&vec![l; c])).collect();
+    crate::pipeline::train::stream(&ds, &ds.units(), spec.run.chunk_rows, &mut |ch: Chunk| {
+        check_nonnegative(prep_pipeline, &ch, &ds.features)?;
+        z.resize(ch.rows * dim, 0.0);
+        prep_pipeline.map_chunk(&ch.x, ch.rows, &mut z, threads);
+        let q = rotated(solved, &z, ch.rows, dim);
+        let (truth, y): (Vec<u32>, Vec<f64>) = match classes {
+            Some(cl) => {
+                let loc = ch.location.clone().column(spec.data.label.clone().unwrap_or_default());
+                let t = cl.encode(ch.labels.as_ref().expect("labels"), &loc)?;
+                let mut y = Vec::new();
+                encode_targets(&t, c, &mut y);
+                (t, y)
+            }
+            None => (Vec::new(), ch.targets.clone()),
+        };
+        let qv = ndarray::ArrayView2::from_shape((ch.rows, k), &q).expect("shape");
+        for (li, coef) in coefs.iter().enumerate() {
+            let cv = ndarray::ArrayView2::from_shape((k, c), coef).expect("shape");
+            let f = qv.dot(&cv);
+            for r in 0..ch.rows {
+                for j in 0..c {
+                    sq[li][j] += (f[(r, j)] + ymean[j] - y[r * c + j]).powi(2);
+                }
+                if classes.is_some() {
+                    let pred = if c == 1 {
+                        usize::from(f[(r, 0)] + ymean[0] > 0.0)
+                    } else {
+                        (0..c).fold(0, |b, j| if f[(r, j)] + ymean[j] > f[(r, b)] + ymean[b] { j } else { b })
+                    };
+                    right[li] += u64::from(pred == truth[r] as usize);
+                }
+            }
+        }
+        rows += ch.rows as u64;
+        Ok(())
+    })?;
+    let n = rows.max(1) as f64;
+    let rmse: Vec<Vec<f64>> = sq.iter().map(|v| v.iter().map(|s| (s / n).sqrt()).collect()).collect();
+    let metric = spec.metric();
+    let score: Vec<f64> = match metric {
+        Metric::Accuracy => right.iter().map(|&r| r as f64 / n).collect(),
+        Metric::Rmse => rmse.iter().map(|v| v.iter().sum::<f64>() / c as f64).collect(),
+    };
+    // Best score; ties go to the larger λ (more regularisation).
+    let better = |a: f64, b: f64| match metric {
+        Metric::Accuracy => a >= b,
+        Metric::Rmse => a <= b,
+    };
+    let mut best = 0;
+    for i in 1..grid.len() {
+        if better(score[i], score[best]) {
+            best = i;
+        }
+    }
+    let chosen: Vec<f64> = if spec.ridge.per_output {
+        (0..c)
+            .map(|j| {
+                let mut b = 0;
+                for i in 1..grid.len() {
+                    if rmse[i][j] <= rmse[b][j] {
+                        b = i;
+                    }
+                }
+                grid[b]
+            })
+            .collect()
+    } else {
+        vec![grid[best]; c]
+    };
+    say(&format!(
+        "ridge: λ = {} by validation on {rows} rows ({} {:.6})",
+        lambda_text(&chosen),
+        if metric == Metric::Accuracy { "accuracy" } else { "mean RMSE" },
+        score[best]
+    ));
+    let table = ValidationTable {
+        metric: if metric == Metric::Accuracy { "accuracy".into() } else { "rmse".into() },
+        rows,
+        grid,
+        score,
+        rmse_per_output: rmse,
+        chosen: chosen.clone(),
+    };
+    Ok((table, chosen))
+}
+
+/// Solves the accumulated state into a model (λ by GCV, fixed, or validation).
+#[allow(clippy::too_many_arguments)]
+fn finish(
+    spec: &PipelineSpec,
+    pipeline: FeaturePipeline,
+    stages: Vec<StageSpec>,
+    classes: Option<Classes>,
+    features: ResolvedFeatures,
+    state: &State,
+    pcas: Option<Vec<StagePca>>,
+    say: &mut dyn FnMut(&str),
+) -> Result<Model> {
+    let start = std::time::Instant::now();
+    let solved = solve_state(spec, state, pcas, say)?;
+    let dim = pipeline.output_dim();
+    let use_validation = !spec.data.validation.is_empty() && !matches!(spec.lambda()?, LambdaChoice::Fixed(_));
+    let mut fit = solved.problem.solve(&solved.labeled, &spec.lambda()?);
+    let mut validation = None;
+    if use_validation {
+        let (table, chosen) = validate(spec, &pipeline, classes.as_ref(), &solved, say)?;
+        fit.lambdas = chosen;
+        validation = Some(table);
+    } else if let Some(g) = &fit.gcv {
+        let i = g.chosen_shared;
+        say(&format!(
+            "ridge: λ = {} by GCV (grid {:.3e} … {:.3e}, GCV {:.6e}, df {:.1})",
+            lambda_text(&fit.lambdas),
+            g.grid[0],
+            g.grid[g.grid.len() - 1],
+            g.shared[i],
+            g.df[i]
+        ));
+    } else {
+        say(&format!("ridge: λ = {:.4e} (fixed)", fit.lambdas[0]));
+    }
+    let coef = solved.problem.coefficients(&fit.lambdas);
+    let (weights, bias) = fold(&solved, &coef, dim);
+    say(&format!("solve: {:.1} s", start.elapsed().as_secs_f64()));
+    let (format, version, written_by) = header_base();
+    let (infos, projs): (Vec<ProjectionInfo>, Vec<Projection>) = solved.projections.iter().cloned().unzip();
+    let mean = match state {
+        State::One { .. } => solved.labeled.mean.clone(),
+        State::Two { pass1, .. } => pass1.iter().flat_map(|s| s.centered().mean).collect(),
+    };
+    let header = ModelHeader {
+        format,
+        version,
+        written_by,
+        task: spec.task,
+        classes,
+        label: spec.data.label.clone(),
+        targets: spec.data.targets.clone(),
+        features,
+        stages,
+        seed: spec.run.seed,
+        dim,
+        outputs: solved.problem.c,
+        components: solved.components,
+        components_requested: solved.components_requested,
+        lambdas: fit.lambdas.clone(),
+        gcv: fit.gcv.clone(),
+        rows: solved.rows,
+        pipeline: serde_json::to_value(spec).unwrap_or(serde_json::Value::Null),
+        checksum: String::new(),
+        passes: spec.passes,
+        unlabeled_rows: solved.unlabeled_rows,
+        validation,
+        projections: infos,
+    };
+    Ok(Model { header, pipeline, weights, bias, mean, eigenvalues: solved.eigenvalues, projections: projs })
+}
+
+/// Trains in one process: prepare, every pass over every unit (with checkpoints and
+/// resume as asked), solve.
+pub fn train(spec: &PipelineSpec, opts: &RunOptions, say: &mut dyn FnMut(&str)) -> Result<Model> {
+    let prep = prepare(spec, say)?;
+    let units: Vec<usize> = (0..prep.work.len()).collect();
+    let (state, pcas) = accumulate(spec, &prep, &units, opts, say)?;
+    let Prepared { pipeline, stages, classes, labeled, .. } = prep;
+    finish(spec, pipeline, stages, classes, labeled.features, &state, pcas, say)
+}
+
+/// A shard's manifest, stored in its statistics file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct PartMeta {
+    kind: String,
+    fingerprint: String,
+    shard: usize,
+    shards: usize,
+    units: Vec<(bool, String, usize)>,
+    classes: Option<Classes>,
+    stages: Vec<StageSpec>,
+    features: ResolvedFeatures,
+}
+
+/// Parses `i/N`.
+pub fn parse_shard(s: &str) -> Result<(usize, usize)> {
+    let bad = || Error::config("command line", "--shard", format!("'{s}' is not i/N with 0 ≤ i < N"));
+    let (i, n) = s.split_once('/').ok_or_else(bad)?;
+    let (i, n): (usize, usize) = (i.trim().parse().map_err(|_| bad())?, n.trim().parse().map_err(|_| bad())?);
+    if n == 0 || i >= n {
+        return Err(bad());
+    }
+    Ok((i, n))
+}
+
+/// `accumulate --shard i/N`: the statistics of every N-th row group (in the order of
+/// the inputs), written to `out` with the shard's identity and row groups.
+pub fn accumulate_shard(
+    spec: &PipelineSpec,
+    shard: (usize, usize),
+    out: &Path,
+    opts: &RunOptions,
+    say: &mut dyn FnMut(&str),
+) -> Result<()> {
+    if spec.passes == 2 {
+        return Err(Error::config(
+            &spec.source,
+            "passes",
+            "two-pass mode cannot be sharded yet; train it in one process",
+        ));
+    }
+    let prep = prepare(spec, say)?;
+    let (i, n) = shard;
+    let units: Vec<usize> = (0..prep.work.len()).filter(|u| u % n == i).collect();
+    say(&format!("shard {i}/{n}: {} of {} row groups", units.len(), prep.work.len()));
+    let (state, _) = accumulate(spec, &prep, &units, opts, say)?;
+    let meta = PartMeta {
+        kind: "shard".into(),
+        fingerprint: prep.fingerprint.clone(),
+        shard: i,
+        shards: n,
+        units: units.iter().map(|&u| prep.unit_id(&prep.work[u])).collect(),
+        classes: prep.classes.clone(),
+        stages: prep.stages.clone(),
+        features: prep.labeled.features.clone(),
+    };
+    let blocks = state.blocks();
+    let named: Vec<(&str, &GramStats)> = blocks.iter().map(|(n, s)| (n.as_str(), *s)).collect();
+    let bytes = stats_to_bytes(&named, serde_json::to_value(&meta).unwrap_or_default())?;
+    crate::atomic::write_bytes(out, &bytes)
+}
+
+/// `solve PIPELINE PART…`: checks that the parts are the shards of one run (same
+/// fingerprint, each shard once, disjoint row groups, none missing unless allowed),
+/// merges them in shard order and solves.
+pub fn solve_parts(
+    spec: &PipelineSpec,
+    parts: &[PathBuf],
+    allow_partial: bool,
+    say: &mut dyn FnMut(&str),
+) -> Result<Model> {
+    if parts.is_empty() {
+        return Err(Error::config("command line", "PART", "no statistics files given"));
+    }
+    let mut loaded: Vec<(PathBuf, PartMeta, State)> = Vec::new();
+    for path in parts {
+        let bad = |message: String| Error::BadModel { path: path.clone(), message };
+        let bytes = std::fs::read(path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                bad("statistics file not found".into())
+            } else {
+                Error::io(path, e)
+            }
+        })?;
+        let (blocks, meta) = stats_from_bytes(&bytes).map_err(bad)?;
+        let meta: PartMeta = serde_json::from_value(meta).map_err(|e| bad(format!("not a shard's statistics: {e}")))?;
+        if meta.kind != "shard" {
+            return Err(bad("not a shard's statistics".into()));
+        }
+        let state = State::from_blocks(1, blocks).map_err(bad)?;
+        loaded.push((path.clone(), meta, state));
+    }
+    let first = loaded[0].1.clone();
+    let mut seen_units = BTreeSet::new();
+    let mut seen_shards = BTreeSet::new();
+    for (path, m, _) in &loaded {
+        let bad = |message: String| Error::BadModel { path: path.clone(), message };
+        if m.fingerprint != first.fingerprint {
+            return Err(bad(format!("written by a different pipeline, data or seed than {}", loaded[0].0.display())));
+        }
+        if m.shards != first.shards {
+            return Err(bad(format!(
+                "shard {}/{} does not belong to a run of {} shards",
+                m.shard, m.shards, first.shards
+            )));
+        }
+        if !seen_shards.insert(m.shard) {
+            return Err(bad(format!(
+                "shard {}/{} is given twice; merging it again would count its rows twice",
+                m.shard, m.shards
+            )));
+        }
+        for u in &m.units {
+            if !seen_units.insert(u.clone()) {
+                return Err(bad(format!("row group {} of {} is also in another part", u.2, u.1)));
+            }
+        }
+    }
+    let missing: Vec<usize> = (0..first.shards).filter(|s| !seen_shards.contains(s)).collect();
+    if !missing.is_empty() && !allow_partial {
+        return Err(Error::config(
+            "command line",
+            "PART",
+            format!("shards {missing:?} of {} are missing (pass --allow-partial to solve without them)", first.shards),
+        ));
+    }
+    loaded.sort_by_key(|(_, m, _)| m.shard);
+    let mut state = loaded[0].2.clone();
+    for (path, _, s) in &loaded[1..] {
+        state.merge(s).map_err(|message| Error::BadModel { path: path.clone(), message })?;
+    }
+    say(&format!("merged {} shard(s) of {}", loaded.len(), first.shards));
+    let pipeline = FeaturePipeline::build(&first.stages, first.features.dim, spec.run.seed);
+    finish(spec, pipeline, first.stages.clone(), first.classes.clone(), first.features.clone(), &state, None, say)
+}
