@@ -489,14 +489,15 @@ impl Dataset {
                 let a = batch
                     .column_by_name(name)
                     .ok_or_else(|| Error::data(loc.clone(), "column missing from the row group"))?;
-                check_no_nulls_at(a.as_ref(), &loc, first_row)?;
+                if !self.spec.null_labels_unlabeled {
+                    check_no_nulls_at(a.as_ref(), &loc, first_row)?;
+                }
                 if is_int {
-                    ints.extend(
-                        cast_to(a, &DataType::Int64, &loc)?.as_primitive::<Int64Type>().values().iter().copied(),
-                    );
+                    let v = cast_to(a, &DataType::Int64, &loc)?;
+                    ints.extend(v.as_primitive::<Int64Type>().iter().flatten());
                 } else {
                     let s = cast_to(a, &DataType::Utf8, &loc)?;
-                    strs.extend(s.as_string::<i32>().iter().map(|v| v.unwrap_or_default().to_string()));
+                    strs.extend(s.as_string::<i32>().iter().flatten().map(str::to_string));
                 }
                 first_row += batch.num_rows();
             }

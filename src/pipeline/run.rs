@@ -551,10 +551,13 @@ fn load_checkpoint(path: &Path, fingerprint: &str) -> Result<(State, Vec<usize>)
     Ok((state, meta.done))
 }
 
-/// Units done before the test hook aborts the process (simulating a kill).
+/// Units (over all passes) this process completes before the test hook aborts it,
+/// simulating a kill at an exact point.
 fn abort_after() -> Option<usize> {
     std::env::var("SKETCHFIT_TEST_ABORT_AFTER_UNITS").ok().and_then(|v| v.parse().ok())
 }
+
+static UNITS_DONE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// Runs the current pass over `units` (indices into `prep.work`), skipping `done`.
 #[allow(clippy::too_many_arguments)]
@@ -625,7 +628,8 @@ fn run_pass(
                 c.since = 0;
             }
         }
-        if abort.is_some_and(|n| done.len() >= n) {
+        let total = UNITS_DONE.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        if abort.is_some_and(|n| total >= n) {
             std::process::abort();
         }
     }
