@@ -364,3 +364,123 @@ fn exp_chi2_chain_matches_golden() {
         close_abs(&got, &exp, 1e-5 * exp.iter().fold(1.0f64, |a, v| a.max(v.abs())), name);
     }
 }
+
+use sketchfit::pipeline::mmd::{mmd2_unbiased, mmd2_v, permutation_test, SketchSums, Statistic};
+use sketchfit::sketch::gaussian::{phi, GaussianSketch, GaussianSketchHd, HdBlock, Preprocess};
+
+fn tree_of(v: &Value) -> RecursiveTensorSketch {
+    let (n, k, m) =
+        (v["n"].as_u64().unwrap() as usize, v["k"].as_u64().unwrap() as usize, v["m"].as_u64().unwrap() as usize);
+    let leaves = v["leaves"].as_array().unwrap().iter().map(|l| cs(l, "h", "s", m)).collect();
+    let nodes = v["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|level| {
+            level.as_array().unwrap().iter().map(|nd| (cs(nd, "h1", "s1", m), cs(nd, "h2", "s2", m))).collect()
+        })
+        .collect();
+    RecursiveTensorSketch::from_parts(n, k, m, leaves, nodes)
+}
+
+#[test]
+fn gaussian_expansions_and_sketches_match_golden() {
+    let cases = load("gaussian_sketch.json");
+    let find = |n: &str| cases.iter().find(|c| c["name"] == n).unwrap();
+    let c = find("phi_per_coordinate_s6");
+    let s = c["params"]["s"].as_u64().unwrap() as usize;
+    let (_, _, want) = mat(&c["expected"]["phi"]);
+    let mut got = Vec::new();
+    for a in vec1(&c["inputs"]["a"]) {
+        let mut p = vec![0.0; s];
+        phi(a, &mut p);
+        got.extend(p);
+    }
+    close64(&got, &want, 1e-13, "phi");
+
+    let c = find("expansions_with_preprocessing");
+    let p = &c["params"];
+    let (_, d, xr) = mat(&c["inputs"]["X_raw"]);
+    let pre = Preprocess { center: vec1(&p["centre"]), scale: p["gamma"].as_f64().unwrap().sqrt() };
+    let x: Vec<f64> = (0..2 * d).map(|i| pre.scale * (xr[i] - pre.center[i % d])).collect();
+    close64(&x, &mat(&c["expected"]["X"]).2, 1e-13, "preprocessed X");
+    let s = p["s"].as_u64().unwrap() as usize;
+    // K_s = Π_j ⟨φ(x_j), φ(y_j)⟩ and K_HD_s = e^{−|x|²−|y|²} Σ_{j<s} (2⟨x,y⟩)^j / j!.
+    let mut ks = 1.0;
+    for j in 0..d {
+        let (mut a, mut b) = (vec![0.0; s], vec![0.0; s]);
+        phi(x[j], &mut a);
+        phi(x[d + j], &mut b);
+        ks *= a.iter().zip(&b).map(|(p, q)| p * q).sum::<f64>();
+    }
+    close64(&[ks], &[c["expected"]["K_s"].as_f64().unwrap()], 1e-13, "K_s");
+    let (n2x, n2y, dot): (f64, f64, f64) = (
+        (0..d).map(|j| x[j] * x[j]).sum(),
+        (0..d).map(|j| x[d + j] * x[d + j]).sum(),
+        (0..d).map(|j| x[j] * x[d + j]).sum(),
+    );
+    let mut fact = 1.0;
+    let blocks: Vec<f64> = (0..s)
+        .map(|j| {
+            if j > 0 {
+                fact *= j as f64;
+            }
+            (-n2x - n2y).exp() * (2.0 * dot).powi(j as i32) / fact
+        })
+        .collect();
+    close64(&blocks, &vec1(&c["expected"]["hd_block_inner_products"]), 1e-13, "HD blocks");
+    close64(&[blocks.iter().sum::<f64>()], &[c["expected"]["K_HD_s"].as_f64().unwrap()], 1e-13, "K_HD_s");
+
+    let c = find("gaussian_sketch_s3_m6");
+    let (rows, d, x) = mat(&c["inputs"]["X"]);
+    let g = GaussianSketch {
+        pre: Preprocess { center: vec![0.0; d], scale: 1.0 },
+        s: c["params"]["s"].as_u64().unwrap() as usize,
+        tree: tree_of(&c["params"]),
+    };
+    let mut got = vec![0f32; rows * g.output_dim()];
+    g.map(&f32s(&x), rows, &mut got);
+    let exp = mat(&c["expected"]["G"]).2;
+    close_abs(&got, &exp, 1e-5 * exp.iter().fold(1.0f64, |a, v| a.max(v.abs())), "GaussianSketch");
+
+    let c = find("gaussian_sketch_hd_s3");
+    let (rows, d, x) = mat(&c["inputs"]["X"]);
+    let blocks = c["params"]["blocks"].as_array().unwrap()[1..].iter().map(|b| HdBlock::Tree(tree_of(b))).collect();
+    let g = GaussianSketchHd { pre: Preprocess { center: vec![0.0; d], scale: 1.0 }, blocks };
+    let mut got = vec![0f32; rows * g.output_dim()];
+    g.map(&f32s(&x), rows, &mut got);
+    let exp = mat(&c["expected"]["G"]).2;
+    close_abs(&got, &exp, 1e-5 * exp.iter().fold(1.0f64, |a, v| a.max(v.abs())), "GaussianSketchHD");
+}
+
+#[test]
+fn mmd_sums_statistics_and_permutation_p_values_match_golden() {
+    let cases = load("gaussian_sketch.json");
+    let c = cases.iter().find(|c| c["name"] == "mmd_unbiased_and_permutation").unwrap();
+    let (np, m, zp) = mat(&c["inputs"]["sketches_P"]);
+    let (nq, _, zq) = mat(&c["inputs"]["sketches_Q"]);
+    let (mut p, mut q) = (SketchSums::new(m), SketchSums::new(m));
+    p.add(&f32s(&zp), np);
+    q.add(&f32s(&zq), nq);
+    let e = &c["expected"];
+    close64(&p.s, &vec1(&e["S_P"]), 1e-12, "S_P");
+    close64(&[p.q], &[e["Q_P"].as_f64().unwrap()], 1e-12, "Q_P");
+    close64(&q.s, &vec1(&e["S_Q"]), 1e-12, "S_Q");
+    close64(&[mmd2_unbiased(&p, &q)], &[e["mmd2_unbiased"].as_f64().unwrap()], 1e-12, "MMD²_u");
+    close64(&[mmd2_v(&p, &q)], &[e["mmd2_V_statistic"].as_f64().unwrap()], 1e-12, "V");
+    let perms: Vec<Vec<usize>> = c["params"]["permutations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| vec1(p).iter().map(|&v| v as usize).collect())
+        .collect();
+    let mut pooled = f32s(&zp);
+    pooled.extend(f32s(&zq));
+    for (which, tb, pv) in
+        [(Statistic::Unbiased, "T_b_unbiased", "p_value_unbiased"), (Statistic::V, "T_b_V", "p_value_V")]
+    {
+        let (_, got, p) = permutation_test(&pooled, m, np, &perms, which);
+        close64(&got, &vec1(&e[tb]), 1e-12, tb);
+        assert_eq!(p, e[pv].as_f64().unwrap(), "{pv}");
+    }
+}

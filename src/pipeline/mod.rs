@@ -3,6 +3,7 @@
 //! progress on stderr and the memory stated before the first row is read.
 
 pub mod kernel_error;
+pub mod mmd;
 pub mod predict;
 pub mod run;
 pub mod spec;

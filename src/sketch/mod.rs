@@ -9,6 +9,7 @@
 pub mod chi2;
 pub mod count;
 pub mod craftmaps;
+pub mod gaussian;
 pub mod hadamard;
 pub mod identity;
 pub mod maclaurin;
@@ -23,6 +24,7 @@ use crate::rng::StageRng;
 use chi2::{Chi2Chebyshev, Chi2Series, ExpChi2};
 use count::CountSketch;
 use craftmaps::Craftmaps;
+use gaussian::{hd_block_sizes, truncation, GaussianSketch, GaussianSketchHd, HdBlock, Preprocess};
 use hadamard::{next_pow2, GaussianProjection, Srht};
 use identity::Identity;
 use maclaurin::{DotKernel, Projections, RandomMaclaurin};
@@ -388,6 +390,65 @@ pub struct ExpChi2Spec {
     pub weight: f64,
 }
 
+/// `kind = "gaussian_sketch"`: `exp(−‖x−y‖²/(2σ²))` by per-coordinate expansions and one
+/// recursive tensor sketch over the coordinates (for low `d`, math.md §9).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GaussianSketchSpec {
+    /// Bandwidth σ; default: the median pairwise distance of the pre-pass sample.
+    #[serde(default)]
+    pub sigma: Option<f64>,
+    /// Terms per coordinate `s`; default: the smallest making the truncation bound ≤ 1e-6.
+    #[serde(default)]
+    pub truncation: Option<usize>,
+    /// Output dimension `m` (even).
+    #[serde(default = "default_dim")]
+    pub dim: usize,
+    /// Centre `c` of the preprocessing; default: the pre-pass sample mean.
+    #[serde(default)]
+    pub center: Vec<f64>,
+    /// Input row normalisation.
+    #[serde(default)]
+    pub normalize: Normalize,
+    /// Weight of the stage in a concatenation.
+    #[serde(default = "default_weight")]
+    pub weight: f64,
+}
+
+/// `kind = "gaussian_sketch_hd"`: `exp(−‖x−y‖²/(2σ²))` by one recursive tensor sketch per
+/// degree of the series in `⟨x, y⟩` (for high `d`, math.md §9).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GaussianSketchHdSpec {
+    /// Bandwidth σ; default: the median pairwise distance of the pre-pass sample.
+    #[serde(default)]
+    pub sigma: Option<f64>,
+    /// Degrees `s`; default: the smallest making the truncation bound ≤ 1e-6.
+    #[serde(default)]
+    pub truncation: Option<usize>,
+    /// Total output dimension `Σ m_j`, split over the degrees.
+    #[serde(default = "default_dim")]
+    pub dim: usize,
+    /// Centre `c`; default: the pre-pass sample mean.
+    #[serde(default)]
+    pub center: Vec<f64>,
+    /// Block sizes `m_1 … m_{s−1}`; default: from the radius of the sample (math.md §9).
+    #[serde(default)]
+    pub blocks: Vec<usize>,
+    /// Degree 1 exact (set by the fit when its share reaches `d`).
+    #[serde(default)]
+    pub identity_block: bool,
+    /// Input row normalisation.
+    #[serde(default)]
+    pub normalize: Normalize,
+    /// Weight of the stage in a concatenation.
+    #[serde(default = "default_weight")]
+    pub weight: f64,
+}
+
+/// The largest truncation the Gaussian sketches fit (math.md §9 warns above 64).
+pub const MAX_TRUNCATION: usize = 96;
+
 /// One stage of a pipeline, as written in the pipeline file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -410,13 +471,29 @@ pub enum StageSpec {
     Chi2Chebyshev(Chi2ChebyshevSpec),
     /// See [`ExpChi2Spec`].
     ExpChi2(ExpChi2Spec),
+    /// See [`GaussianSketchSpec`].
+    GaussianSketch(GaussianSketchSpec),
+    /// See [`GaussianSketchHdSpec`].
+    GaussianSketchHd(GaussianSketchHdSpec),
 }
 
 /// The largest output dimension a stage may ask for (2^20).
 pub const MAX_DIM: usize = 1 << 20;
 
 /// The stage kinds a pipeline may name.
-pub const KINDS: &[&str] = &["identity", "tensor_sketch", "random_maclaurin", "recursive_tensor_sketch", "craftmaps"];
+pub const KINDS: &[&str] = &[
+    "identity",
+    "tensor_sketch",
+    "random_maclaurin",
+    "recursive_tensor_sketch",
+    "craftmaps",
+    "rff",
+    "chi2",
+    "chi2_chebyshev",
+    "exp_chi2",
+    "gaussian_sketch",
+    "gaussian_sketch_hd",
+];
 
 macro_rules! common {
     ($self:expr, $field:ident) => {
@@ -430,6 +507,8 @@ macro_rules! common {
             StageSpec::Chi2(s) => s.$field,
             StageSpec::Chi2Chebyshev(s) => s.$field,
             StageSpec::ExpChi2(s) => s.$field,
+            StageSpec::GaussianSketch(s) => s.$field,
+            StageSpec::GaussianSketchHd(s) => s.$field,
         }
     };
 }
@@ -439,6 +518,44 @@ fn dot_kernel(kind: DotKind, degree: u32, gamma: f64, offset: f64) -> DotKernel 
         DotKind::Polynomial => DotKernel::Polynomial { degree, gamma, offset },
         DotKind::Exponential => DotKernel::Exponential { gamma },
     }
+}
+
+fn gaussian_common(sigma: Option<f64>, t: Option<usize>, err: &dyn Fn(&str, String) -> Result<()>) -> Result<()> {
+    positive_opt("sigma", sigma, err)?;
+    if let Some(t) = t {
+        if t == 0 || t > MAX_TRUNCATION {
+            return err("truncation", format!("must be from 1 to {MAX_TRUNCATION}, got {t}"));
+        }
+    }
+    Ok(())
+}
+
+/// Centre (sample mean unless given) and σ (median pairwise distance unless given).
+fn gaussian_fit_common(
+    xn: &[f32],
+    n: usize,
+    d: usize,
+    pairs: &[(usize, usize)],
+    center: &[f64],
+    sigma: Option<f64>,
+) -> (Vec<f64>, f64) {
+    let center = if center.len() == d {
+        center.to_vec()
+    } else {
+        (0..d).map(|j| (0..n).map(|i| f64::from(xn[i * d + j])).sum::<f64>() / n.max(1) as f64).collect()
+    };
+    let sigma = sigma.unwrap_or_else(|| {
+        let mut dist: Vec<f64> = pairs
+            .iter()
+            .map(|&(a, b)| {
+                (0..d).map(|j| (f64::from(xn[a * d + j]) - f64::from(xn[b * d + j])).powi(2)).sum::<f64>().sqrt()
+            })
+            .filter(|&v| v > 0.0)
+            .collect();
+        dist.sort_by(f64::total_cmp);
+        dist.get(dist.len() / 2).copied().unwrap_or(1.0)
+    });
+    (center, sigma)
 }
 
 fn rff_dim(variant: RffVariant, dim: usize, err: &dyn Fn(&str, String) -> Result<()>) -> Result<()> {
@@ -563,6 +680,8 @@ impl StageSpec {
             "chi2" => StageSpec::Chi2(value.try_into().map_err(bad)?),
             "chi2_chebyshev" => StageSpec::Chi2Chebyshev(value.try_into().map_err(bad)?),
             "exp_chi2" => StageSpec::ExpChi2(value.try_into().map_err(bad)?),
+            "gaussian_sketch" => StageSpec::GaussianSketch(value.try_into().map_err(bad)?),
+            "gaussian_sketch_hd" => StageSpec::GaussianSketchHd(value.try_into().map_err(bad)?),
             other => {
                 return Err(Error::config(
                     file,
@@ -664,7 +783,30 @@ impl StageSpec {
                 positive_opt("beta", s.beta, &err)?;
                 rff_dim(s.variant, s.dim, &err)
             }
+            StageSpec::GaussianSketch(s) => {
+                gaussian_common(s.sigma, s.truncation, &err)?;
+                dim("dim", s.dim, 2)?;
+                if s.dim % 2 == 1 {
+                    return err("dim", format!("must be even, got {}", s.dim));
+                }
+                Ok(())
+            }
+            StageSpec::GaussianSketchHd(s) => {
+                gaussian_common(s.sigma, s.truncation, &err)?;
+                dim("dim", s.dim, 2)?;
+                if let Some(t) = s.truncation {
+                    if !s.blocks.is_empty() && s.blocks.len() + 1 != t {
+                        return err("blocks", format!("needs {} sizes (degrees 1..s−1) for truncation = {t}", t - 1));
+                    }
+                }
+                Ok(())
+            }
         }
+    }
+
+    /// True for the Gaussian kernel-distance sketches.
+    pub fn is_gaussian_sketch(&self) -> bool {
+        matches!(self, StageSpec::GaussianSketch(_) | StageSpec::GaussianSketchHd(_))
     }
 
     /// True for stages whose inputs must be non-negative (the χ² family).
@@ -678,6 +820,10 @@ impl StageSpec {
             StageSpec::Rff(s) => s.bandwidth().is_none(),
             StageSpec::Chi2(s) => s.k.is_empty(),
             StageSpec::ExpChi2(s) => s.k.is_empty() || s.beta.is_none(),
+            StageSpec::GaussianSketch(s) => s.sigma.is_none() || s.truncation.is_none() || s.center.is_empty(),
+            StageSpec::GaussianSketchHd(s) => {
+                s.sigma.is_none() || s.truncation.is_none() || s.center.is_empty() || s.blocks.is_empty()
+            }
             _ => false,
         }
     }
@@ -729,6 +875,35 @@ impl StageSpec {
             StageSpec::Chi2(s) if s.k.is_empty() => {
                 s.k = chi2::fit_k(xn.iter().map(|&v| f64::from(v)), s.terms, s.bins).k;
             }
+            StageSpec::GaussianSketch(s) => {
+                let (center, sigma) = gaussian_fit_common(&xn, n, d, &pairs, &s.center, s.sigma);
+                let scale = (1.0 / (2.0 * sigma * sigma)).sqrt();
+                // L = 1.1 max |x_j| after preprocessing; s from d · Pr[Poi(2L²) ≥ s] ≤ 1e-6.
+                let l =
+                    1.1 * (0..n * d).map(|i| (scale * (f64::from(xn[i]) - center[i % d])).abs()).fold(0.0, f64::max);
+                s.truncation = s.truncation.or(Some(truncation(2.0 * l * l, d as f64, 1e-6, MAX_TRUNCATION)));
+                s.center = center;
+                s.sigma = Some(sigma);
+            }
+            StageSpec::GaussianSketchHd(s) => {
+                let (center, sigma) = gaussian_fit_common(&xn, n, d, &pairs, &s.center, s.sigma);
+                let scale = (1.0 / (2.0 * sigma * sigma)).sqrt();
+                let r = 1.1
+                    * (0..n)
+                        .map(|i| {
+                            (0..d).map(|j| (scale * (f64::from(xn[i * d + j]) - center[j])).powi(2)).sum::<f64>().sqrt()
+                        })
+                        .fold(0.0, f64::max);
+                let t = s.truncation.unwrap_or_else(|| truncation(2.0 * r * r, 1.0, 1e-6, MAX_TRUNCATION));
+                s.truncation = Some(t.max(1));
+                if s.blocks.is_empty() {
+                    let (sizes, identity) = hd_block_sizes(s.dim, t.max(1), r, d);
+                    s.blocks = sizes;
+                    s.identity_block = identity;
+                }
+                s.center = center;
+                s.sigma = Some(sigma);
+            }
             StageSpec::ExpChi2(s) => {
                 if s.k.is_empty() {
                     s.k = chi2::fit_k(xn.iter().map(|&v| f64::from(v)), s.terms, s.bins).k;
@@ -763,6 +938,8 @@ impl StageSpec {
             StageSpec::Rff(s) => return Kernel::Laplacian { sigma: s.bandwidth().unwrap_or(1.0) },
             StageSpec::Chi2(_) | StageSpec::Chi2Chebyshev(_) => return Kernel::Chi2,
             StageSpec::ExpChi2(s) => return Kernel::ExpChi2 { beta: s.beta.unwrap_or(1.0) },
+            StageSpec::GaussianSketch(s) => return Kernel::Gaussian { sigma: s.sigma.unwrap_or(1.0) },
+            StageSpec::GaussianSketchHd(s) => return Kernel::Gaussian { sigma: s.sigma.unwrap_or(1.0) },
             _ => {}
         }
         Kernel::Dot(match self {
@@ -792,6 +969,11 @@ impl StageSpec {
             StageSpec::ExpChi2(t) => t.dim = dim + dim % 2,
             StageSpec::Chi2(t) => t.terms = dim.clamp(1, 64),
             StageSpec::Chi2Chebyshev(t) => t.terms = dim.clamp(1, 400),
+            StageSpec::GaussianSketch(t) => t.dim = dim + dim % 2,
+            StageSpec::GaussianSketchHd(t) => {
+                t.dim = dim.max(2);
+                t.blocks.clear();
+            }
         }
         s
     }
@@ -808,6 +990,8 @@ impl StageSpec {
             StageSpec::ExpChi2(t) => Some(t.dim),
             StageSpec::Chi2(t) => Some(t.terms),
             StageSpec::Chi2Chebyshev(t) => Some(t.terms),
+            StageSpec::GaussianSketch(t) => Some(t.dim),
+            StageSpec::GaussianSketchHd(t) => Some(t.dim),
         }
     }
 }
@@ -993,6 +1177,56 @@ impl Sketch for Rff {
     }
 }
 
+fn tree_params(prefix: &str, t: &RecursiveTensorSketch) -> Vec<ParamArray> {
+    let mut v = count_sketch_params("leaf_hash", "leaf_sign", &t.leaves);
+    let nodes: Vec<CountSketch> = t.nodes.iter().flatten().flat_map(|(a, b)| [a.clone(), b.clone()]).collect();
+    if !nodes.is_empty() {
+        v.extend(count_sketch_params("node_hash", "node_sign", &nodes));
+    }
+    v.into_iter().map(|p| p.prefixed(prefix)).collect()
+}
+
+fn tree_from(p: &Params, prefix: &str, n: usize, k: usize, m: usize) -> PResult<RecursiveTensorSketch> {
+    let sub = p.sub(prefix);
+    let p = Params(&sub);
+    let big_k = k.max(1).next_power_of_two();
+    let leaves = p.count_sketches("leaf_hash", "leaf_sign", big_k, n, m)?;
+    let mut nodes = Vec::new();
+    if big_k > 1 {
+        let mut flat = p.count_sketches("node_hash", "node_sign", 2 * (big_k - 1), m, m)?.into_iter();
+        let mut width = big_k;
+        while width > 1 {
+            width /= 2;
+            nodes.push((0..width).map(|_| (flat.next().expect("counted"), flat.next().expect("counted"))).collect());
+        }
+    }
+    Ok(RecursiveTensorSketch::from_parts(n, k, m, leaves, nodes))
+}
+
+impl Sketch for GaussianSketch {
+    fn params(&self) -> Vec<ParamArray> {
+        tree_params("", &self.tree)
+    }
+}
+
+impl Sketch for GaussianSketchHd {
+    fn params(&self) -> Vec<ParamArray> {
+        self.blocks
+            .iter()
+            .enumerate()
+            .flat_map(|(j, b)| match b {
+                HdBlock::Tree(t) => tree_params(&format!("b{}_", j + 1), t),
+                HdBlock::Identity => Vec::new(),
+            })
+            .collect()
+    }
+}
+
+fn preprocess(center: &[f64], sigma: Option<f64>) -> Preprocess {
+    let sigma = fitted(sigma, "gaussian sketch sigma");
+    Preprocess { center: center.to_vec(), scale: (1.0 / (2.0 * sigma * sigma)).sqrt() }
+}
+
 impl Sketch for Chi2Series {
     fn params(&self) -> Vec<ParamArray> {
         Vec::new()
@@ -1087,6 +1321,29 @@ pub fn build_map(spec: &StageSpec, d: usize, rng: &mut StageRng) -> Box<dyn Sket
         }
         StageSpec::Chi2(s) => Box::new(Chi2Series { d, k: s.k.clone() }),
         StageSpec::Chi2Chebyshev(s) => Box::new(Chi2Chebyshev { d, q: s.terms }),
+        StageSpec::GaussianSketch(s) => {
+            let t = fitted(s.truncation, "gaussian_sketch truncation");
+            Box::new(GaussianSketch {
+                pre: preprocess(&s.center, s.sigma),
+                s: t,
+                tree: RecursiveTensorSketch::draw(t, d, s.dim, rng),
+            })
+        }
+        StageSpec::GaussianSketchHd(s) => {
+            let blocks = s
+                .blocks
+                .iter()
+                .enumerate()
+                .map(|(j, &m)| {
+                    if j == 0 && s.identity_block {
+                        HdBlock::Identity
+                    } else {
+                        HdBlock::Tree(RecursiveTensorSketch::draw(d, j + 1, m, rng))
+                    }
+                })
+                .collect();
+            Box::new(GaussianSketchHd { pre: preprocess(&s.center, s.sigma), blocks })
+        }
         StageSpec::ExpChi2(s) => {
             let beta = fitted(s.beta, "exp_chi2 beta");
             let sigma = 1.0 / (2.0 * beta).sqrt();
@@ -1222,6 +1479,35 @@ pub fn map_from_params(spec: &StageSpec, d: usize, params: &[ParamArray]) -> PRe
             Box::new(Chi2Series { d, k: s.k.clone() })
         }
         StageSpec::Chi2Chebyshev(s) => Box::new(Chi2Chebyshev { d, q: s.terms }),
+        StageSpec::GaussianSketch(s) => {
+            let t = s.truncation.ok_or("the Gaussian sketch has no fitted truncation")?;
+            if s.center.len() != d || s.sigma.is_none() {
+                return Err("the Gaussian sketch has no fitted centre or σ".into());
+            }
+            Box::new(GaussianSketch {
+                pre: preprocess(&s.center, s.sigma),
+                s: t,
+                tree: tree_from(&p, "", t, d, s.dim)?,
+            })
+        }
+        StageSpec::GaussianSketchHd(s) => {
+            if s.center.len() != d || s.sigma.is_none() || s.blocks.is_empty() {
+                return Err("the Gaussian sketch has no fitted centre, σ or blocks".into());
+            }
+            let blocks = s
+                .blocks
+                .iter()
+                .enumerate()
+                .map(|(j, &m)| {
+                    if j == 0 && s.identity_block {
+                        Ok(HdBlock::Identity)
+                    } else {
+                        tree_from(&p, &format!("b{}_", j + 1), d, j + 1, m).map(HdBlock::Tree)
+                    }
+                })
+                .collect::<PResult<Vec<_>>>()?;
+            Box::new(GaussianSketchHd { pre: preprocess(&s.center, s.sigma), blocks })
+        }
         StageSpec::ExpChi2(s) => {
             if s.k.len() != s.terms || s.beta.is_none() {
                 return Err("the exp-χ² stage has no fitted k values or β".into());
