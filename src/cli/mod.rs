@@ -2,9 +2,11 @@
 //! library. Errors print to stderr; bad usage or bad input exits 2, other failures 1.
 
 mod accumulate;
+mod embed;
 mod evaluate;
 mod inspect;
 mod kernel_error;
+mod mmd;
 mod predict;
 mod solve;
 mod train;
@@ -42,6 +44,10 @@ enum Command {
     Accumulate(accumulate::Args),
     /// Merge shards' statistics and solve them into a model.
     Solve(solve::Args),
+    /// Kernel distance and two-sample test between two point sets.
+    Mmd(mmd::Args),
+    /// One kernel-mean embedding per group of rows.
+    Embed(embed::Args),
 }
 
 /// Runs the command line; returns the process exit code.
@@ -63,6 +69,8 @@ pub fn main() -> ExitCode {
         Command::Transform(a) => transform::run(a),
         Command::Accumulate(a) => accumulate::run(a),
         Command::Solve(a) => solve::run(a),
+        Command::Mmd(a) => mmd::run(a),
+        Command::Embed(a) => embed::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -172,8 +172,11 @@ pub struct MmdReport {
     pub kernel_distance_sq: f64,
     /// `MMD²_u`.
     pub mmd2_unbiased: f64,
-    /// Relative standard deviation bound of `D̂²` (`√c`), for Gaussian sketches.
+    /// Relative standard deviation bound of `D̂²` (`√c`, the worst block), for Gaussian sketches.
     pub relative_sd_bound: Option<f64>,
+    /// Relative standard deviation of `D̂²` estimated from the blocks' own contributions
+    /// (`√(Σ_j c_j D̂_j⁴) / D̂²`), for GaussianSketchHD.
+    pub relative_sd_estimate: Option<f64>,
     /// Permutation p-value (V-statistic on the kept rows).
     pub p_value: f64,
     /// Rows per set the test used.
@@ -259,6 +262,25 @@ pub fn mmd(
     let perms = permutations(na + nb, opts.permutations, seed);
     let (_, _, p) = permutation_test(&pooled, m, na, &perms, Statistic::V);
     let v = mmd2_v(&sa, &sb);
+    let estimate = match fitted.first() {
+        Some(StageSpec::GaussianSketchHd(h)) if fitted.len() == 1 => {
+            let (fa, fb) = (sa.mean(), sb.mean());
+            let mut col = 1;
+            let mut var = 0.0;
+            for (j, &mj) in h.blocks.iter().enumerate() {
+                let exact = j == 0 && h.identity_block;
+                let w = if exact { d } else { mj };
+                let dj: f64 = (col..col + w).map(|i| (fa[i] - fb[i]).powi(2)).sum();
+                if !exact {
+                    let (m, k) = (mj as f64, (j + 1).next_power_of_two() as i32);
+                    var += ((1.0 + 2.0 / m).powi(k) * (1.0 + 11.0 / m).powi(k - 1) - 1.0) * dj * dj;
+                }
+                col += w;
+            }
+            (v > 0.0).then(|| var.sqrt() / v)
+        }
+        _ => None,
+    };
     let exact = if opts.exact {
         let k = fitted[0].kernel();
         let kappa = |x: &[f32], y: &[f32]| -> f64 {
@@ -284,6 +306,7 @@ pub fn mmd(
     Ok(MmdReport {
         rows: (sa.n, sb.n),
         dim: m,
+        relative_sd_estimate: estimate,
         relative_sd_bound: if fitted.len() == 1 { relative_variance_bound(&fitted[0], d).map(f64::sqrt) } else { None },
         stages: fitted,
         kernel_distance: v.max(0.0).sqrt(),
@@ -294,4 +317,158 @@ pub fn mmd(
         permutations: opts.permutations,
         exact_distance_sq: exact,
     })
+}
+
+/// One group's kernel-mean embedding.
+#[derive(Debug, Clone, Serialize)]
+pub struct GroupEmbedding {
+    /// The group's value, as text.
+    pub group: String,
+    /// Rows in the group.
+    pub rows: u64,
+    /// `F(P) = Σ G(x) / n`.
+    pub embedding: Vec<f64>,
+    /// The LSH bucket (when asked).
+    pub bucket: Option<u64>,
+}
+
+/// Euclidean p-stable LSH (Datar et al. 2004; math.md §9): `k` concatenated hashes
+/// `⌊(⟨a, v⟩ + b)/w⌋`, `a ~ N(0, I)`, `b ~ U[0, w)`, combined into one bucket id.
+#[derive(Debug, Clone)]
+pub struct Lsh {
+    /// Projections, `k × m`.
+    pub a: Vec<f64>,
+    /// Offsets.
+    pub b: Vec<f64>,
+    /// Width.
+    pub w: f64,
+}
+
+impl Lsh {
+    /// Draws `k` hashes over `m` dimensions with width `w`.
+    pub fn draw(k: usize, m: usize, w: f64, seed: u64) -> Lsh {
+        let mut r = StageRng::new(seed, u64::MAX - 7);
+        let a = (0..k * m).map(|_| r.normal()).collect();
+        let b = (0..k).map(|_| r.uniform() * w).collect();
+        Lsh { a, b, w }
+    }
+
+    /// The `k` hash values of `v`.
+    pub fn hashes(&self, v: &[f64]) -> Vec<i64> {
+        let m = v.len();
+        self.b
+            .iter()
+            .enumerate()
+            .map(|(i, &b)| {
+                ((self.a[i * m..(i + 1) * m].iter().zip(v).map(|(a, x)| a * x).sum::<f64>() + b) / self.w).floor()
+                    as i64
+            })
+            .collect()
+    }
+
+    /// One bucket id for the concatenated hashes (FNV-1a of their bytes).
+    pub fn bucket(&self, v: &[f64]) -> u64 {
+        let bytes: Vec<u8> = self.hashes(v).iter().flat_map(|h| h.to_le_bytes()).collect();
+        u64::from_str_radix(&crate::stats::checksum([bytes.as_slice()]), 16).unwrap_or(0)
+    }
+}
+
+/// The collision probability of one hash at distance `c` for width `w` (math.md §9).
+pub fn lsh_collision_probability(c: f64, w: f64) -> f64 {
+    if c <= 0.0 {
+        return 1.0;
+    }
+    let t = w / c;
+    let phi_neg = 0.5 * erfc(t / std::f64::consts::SQRT_2);
+    1.0 - 2.0 * phi_neg - 2.0 / ((2.0 * std::f64::consts::PI).sqrt() * t) * (1.0 - (-t * t / 2.0).exp())
+}
+
+/// The complementary error function (Numerical Recipes' erfcc, |error| < 1.2e-7).
+fn erfc(x: f64) -> f64 {
+    let z = x.abs();
+    let t = 1.0 / (1.0 + 0.5 * z);
+    let r = t
+        * (-z * z - 1.265_512_23
+            + t * (1.000_023_68
+                + t * (0.374_091_96
+                    + t * (0.096_784_18
+                        + t * (-0.186_288_06
+                            + t * (0.278_868_07
+                                + t * (-1.135_203_98
+                                    + t * (1.488_515_87 + t * (-0.822_152_23 + t * 0.170_872_77)))))))))
+            .exp();
+    if x >= 0.0 {
+        r
+    } else {
+        2.0 - r
+    }
+}
+
+/// Per-group kernel-mean embeddings of `inputs`, grouped by `group_by` (any column,
+/// compared as text), in order of first appearance. Groups with fewer than `min_rows`
+/// rows are an error naming the group.
+#[expect(clippy::too_many_arguments, reason = "the CLI's settings, passed through once")]
+pub fn embed_groups(
+    inputs: &[PathBuf],
+    mut cols: ColumnSpec,
+    group_by: &str,
+    stages: &[StageSpec],
+    seed: u64,
+    sample_rows: usize,
+    chunk_rows: usize,
+    min_rows: u64,
+    threads: usize,
+) -> Result<(Vec<GroupEmbedding>, Vec<StageSpec>)> {
+    cols.keep = vec![group_by.to_string()];
+    let ds = Dataset::open(inputs, cols)?;
+    let d = ds.dim();
+    let sample = reservoir(&ds, sample_rows.max(1), seed, chunk_rows, &mut |_| Ok(()))?;
+    let fitted: Vec<StageSpec> = stages.iter().enumerate().map(|(i, s)| s.fit(&sample, d, seed, i)).collect();
+    let pipeline = FeaturePipeline::build(&fitted, d, seed);
+    let m = pipeline.output_dim();
+    let mut index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    let mut groups: Vec<(String, SketchSums)> = Vec::new();
+    let mut z = Vec::new();
+    stream(&ds, &ds.units(), chunk_rows, &mut |ch: Chunk| {
+        z.resize(ch.rows * m, 0.0);
+        pipeline.map_chunk(&ch.x, ch.rows, &mut z, threads);
+        let key = arrow_cast::cast(&ch.keep[0], &arrow_schema::DataType::Utf8).map_err(|e| {
+            Error::data(ch.location.clone().column(group_by), format!("cannot read the group column as text: {e}"))
+        })?;
+        let key = arrow_array::cast::AsArray::as_string::<i32>(&key);
+        for r in 0..ch.rows {
+            if arrow_array::Array::is_null(key, r) {
+                return Err(Error::data(
+                    ch.location.clone().column(group_by).row(ch.first_row + r),
+                    "null group value; fill or drop such rows",
+                ));
+            }
+            let k = key.value(r);
+            let gi = match index.get(k) {
+                Some(&i) => i,
+                None => {
+                    index.insert(k.to_string(), groups.len());
+                    groups.push((k.to_string(), SketchSums::new(m)));
+                    groups.len() - 1
+                }
+            };
+            groups[gi].1.add(&z[r * m..(r + 1) * m], 1);
+        }
+        Ok(())
+    })?;
+    for (g, s) in &groups {
+        if s.n < min_rows {
+            return Err(Error::data(
+                crate::error::Location::default().column(group_by),
+                format!("group '{g}' has {} row(s), fewer than --min-rows {min_rows}", s.n),
+            ));
+        }
+    }
+    Ok((
+        groups
+            .into_iter()
+            .map(|(group, s)| GroupEmbedding { group, rows: s.n, embedding: s.mean(), bucket: None })
+            .collect(),
+        fitted,
+    ))
 }
