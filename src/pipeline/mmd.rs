@@ -189,6 +189,7 @@ pub struct MmdReport {
 
 /// Streams both inputs once through the stages and reports the kernel distance and the
 /// two-sample test.
+#[expect(clippy::too_many_arguments, reason = "the CLI's settings, passed through once")]
 pub fn mmd(
     a: &[PathBuf],
     b: &[PathBuf],

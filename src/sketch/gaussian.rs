@@ -197,7 +197,7 @@ pub fn hd_block_sizes(m: usize, s: usize, r: f64, d: usize) -> (Vec<usize>, bool
         .iter()
         .map(|w| {
             let v = (budget * w / total).ceil() as usize;
-            (v.max(16) + 1) / 2 * 2
+            v.max(16).div_ceil(2) * 2
         })
         .collect();
     let identity = sizes.first().is_some_and(|&m1| m1 >= d);
