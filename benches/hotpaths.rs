@@ -136,6 +136,30 @@ fn main() {
         println!("{name:38} {:10.0} rows/s", MAP_ROWS as f64 / t);
     }
 
+    println!("\n## Gaussian kernel-distance sketches, m ≈ 4096, {} rows per call, 1 thread", MAP_ROWS);
+    for dg in [8usize, 64, 784] {
+        let xg: Vec<f32> = (0..MAP_ROWS * dg).map(|_| (r.normal() * 0.3) as f32).collect();
+        let center = vec!["0.0"; dg].join(",");
+        let (sizes, identity) = sketchfit::sketch::gaussian::hd_block_sizes(4096, 10, 1.5, dg);
+        let blocks = sizes.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(",");
+        let mut specs = vec![(
+            format!("gaussian_sketch_hd d={dg} s=10"),
+            format!("kind='gaussian_sketch_hd'\nsigma=1.0\ntruncation=10\ndim=4096\ncenter=[{center}]\nblocks=[{blocks}]\nidentity_block={identity}"),
+        )];
+        if dg <= 64 {
+            specs.push((
+                format!("gaussian_sketch d={dg} s=8"),
+                format!("kind='gaussian_sketch'\nsigma=1.0\ntruncation=8\ndim=4096\ncenter=[{center}]"),
+            ));
+        }
+        for (name, toml) in specs {
+            let m = build_map(&stage(&toml), dg, &mut StageRng::new(3, 0));
+            let mut out = vec![0f32; MAP_ROWS * m.output_dim()];
+            let t = best_of(1, || m.map(&xg, MAP_ROWS, &mut out));
+            println!("{name:38} {:10.0} rows/s", MAP_ROWS as f64 / t);
+        }
+    }
+
     println!("\n## FWHT, f32, in place, per transform, next to one read+write pass over the same buffer");
     for log in [12u32, 16, 20] {
         let n = 1usize << log;
