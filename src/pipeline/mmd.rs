@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::pipeline::train::{reservoir, stream};
+use crate::pipeline::train::{reservoir, stream, Reservoir};
 use crate::rng::StageRng;
 use crate::sketch::{FeaturePipeline, StageSpec};
 use crate::source::{Chunk, ColumnSpec, Dataset};
@@ -217,27 +217,14 @@ pub fn mmd(
     let m = pipeline.output_dim();
     let keep_rows = |ds: &Dataset, salt: u64| -> Result<(SketchSums, Vec<f32>, Vec<f32>)> {
         let mut sums = SketchSums::new(m);
-        let mut rng = StageRng::new(seed, u64::MAX - 3 - salt);
-        let mut kept: Vec<f32> = Vec::new();
+        let mut kept = Reservoir::new(opts.cap, m, seed, u64::MAX - 3 - salt);
         let mut raw: Vec<f32> = Vec::new();
-        let mut seen = 0u64;
         let mut z = Vec::new();
         stream(ds, &ds.units(), chunk_rows, &mut |ch: Chunk| {
             z.resize(ch.rows * m, 0.0);
             pipeline.map_chunk(&ch.x, ch.rows, &mut z, opts.threads);
             sums.add(&z, ch.rows);
-            for r in 0..ch.rows {
-                let row = &z[r * m..(r + 1) * m];
-                if (seen as usize) < opts.cap {
-                    kept.extend_from_slice(row);
-                } else {
-                    let j = (rng.uniform() * (seen + 1) as f64) as usize;
-                    if j < opts.cap {
-                        kept[j * m..(j + 1) * m].copy_from_slice(row);
-                    }
-                }
-                seen += 1;
-            }
+            kept.offer(&z, ch.rows);
             if opts.exact {
                 if raw.len() / d.max(1) + ch.rows > 20_000 {
                     return Err(Error::config(
@@ -250,7 +237,7 @@ pub fn mmd(
             }
             Ok(())
         })?;
-        Ok((sums, kept, raw))
+        Ok((sums, kept.rows, raw))
     };
     let (sa, ka, ra) = keep_rows(&da, 0)?;
     let (sb, kb, rb) = keep_rows(&db, 1)?;

@@ -178,6 +178,17 @@ pub fn evaluate(
     })
 }
 
+/// The output fields of the kept columns, as the first input file has them.
+fn kept_fields(ds: &Dataset, keep: &[String]) -> Result<Vec<Field>> {
+    keep.iter()
+        .map(|k| {
+            ds.files[0].schema().fields().iter().find(|f| f.name() == k).map(|f| f.as_ref().clone()).ok_or_else(|| {
+                Error::data(Location::file(&ds.files[0].path).column(k.clone()), "kept column not found")
+            })
+        })
+        .collect()
+}
+
 /// Options of [`predict`].
 #[derive(Debug, Clone, Default)]
 pub struct PredictOptions {
@@ -197,14 +208,7 @@ pub struct PredictOptions {
 pub fn predict(model: &Model, inputs: &[PathBuf], output: &Path, opts: &PredictOptions) -> Result<u64> {
     let h = &model.header;
     let ds = open_for(model, inputs, false, &opts.keep)?;
-    let mut fields: Vec<Field> = Vec::new();
-    for k in &opts.keep {
-        let f =
-            ds.files[0].schema().fields().iter().find(|f| f.name() == k).map(|f| f.as_ref().clone()).ok_or_else(
-                || Error::data(Location::file(&ds.files[0].path).column(k.clone()), "kept column not found"),
-            )?;
-        fields.push(f);
-    }
+    let mut fields = kept_fields(&ds, &opts.keep)?;
     let c = h.outputs;
     let pred_names: Vec<String> = match h.task {
         Task::Classification => vec!["prediction".into()],
@@ -283,14 +287,7 @@ pub fn transform(model: &Model, inputs: &[PathBuf], output: &Path, opts: &Predic
         });
     }
     let ds = open_for(model, inputs, false, &opts.keep)?;
-    let mut fields: Vec<Field> = Vec::new();
-    for k in &opts.keep {
-        let f =
-            ds.files[0].schema().fields().iter().find(|f| f.name() == k).map(|f| f.as_ref().clone()).ok_or_else(
-                || Error::data(Location::file(&ds.files[0].path).column(k.clone()), "kept column not found"),
-            )?;
-        fields.push(f);
-    }
+    let mut fields = kept_fields(&ds, &opts.keep)?;
     if opts.keep.iter().any(|k| k == "pca") {
         return Err(Error::config("command line", "--keep", "kept column 'pca' clashes with the output column"));
     }

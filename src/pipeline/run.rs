@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Location, Result};
 use crate::model::{header_base, Model, ModelHeader, Projection, ProjectionInfo, ValidationTable};
 use crate::pipeline::spec::{Metric, PipelineSpec, ShiftMode, Task};
-use crate::pipeline::train::{check_nonnegative, encode_targets, lambda_text, progress, sample_mean};
+use crate::pipeline::train::{check_nonnegative, encode_targets, lambda_text, progress, sample_mean, Reservoir};
 use crate::rng::StageRng;
 use crate::sketch::{FeaturePipeline, StageSpec};
 use crate::solve::{Components, LambdaChoice, Pca, RotatedProblem};
@@ -225,30 +225,17 @@ fn prepass_sample(
         rows += work[i].unit.rows;
     }
     take.sort_unstable();
-    let mut res = StageRng::new(spec.run.seed, u64::MAX);
-    let mut keep: Vec<f32> = Vec::with_capacity(n.min(rows) * d);
-    let mut seen: u64 = 0;
+    let mut res = Reservoir::new(n, d, spec.run.seed, u64::MAX);
     for &i in &take {
         let w = work[i];
         let ds = if w.unlabeled { unlabeled.expect("unlabeled inputs") } else { labeled };
         ds.read_unit(w.unit, spec.run.chunk_rows, &mut |ch: Chunk| {
             check(&ch)?;
-            for r in 0..ch.rows {
-                let row = &ch.x[r * d..(r + 1) * d];
-                if (seen as usize) < n {
-                    keep.extend_from_slice(row);
-                } else {
-                    let j = (res.uniform() * (seen + 1) as f64) as usize;
-                    if j < n {
-                        keep[j * d..(j + 1) * d].copy_from_slice(row);
-                    }
-                }
-                seen += 1;
-            }
+            res.offer(&ch.x, ch.rows);
             Ok(())
         })?;
     }
-    Ok(keep)
+    Ok(res.rows)
 }
 
 fn stage_ranges(pipeline: &FeaturePipeline) -> Vec<std::ops::Range<usize>> {

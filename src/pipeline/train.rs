@@ -42,8 +42,42 @@ pub fn stream(
     })
 }
 
-/// A uniform sample of `n` rows (reservoir sampling, Algorithm R) in input order of
-/// arrival; returns the rows (`m × d`, `m ≤ n`).
+/// A uniform sample of at most `n` rows of width `d` (Algorithm R) from rows offered
+/// one at a time, driven by its own seeded stream.
+pub struct Reservoir {
+    n: usize,
+    d: usize,
+    seen: u64,
+    rng: StageRng,
+    /// The kept rows, row-major.
+    pub rows: Vec<f32>,
+}
+
+impl Reservoir {
+    /// An empty reservoir for `n` rows of width `d`, on the stream `(seed, salt)`.
+    pub fn new(n: usize, d: usize, seed: u64, salt: u64) -> Self {
+        Reservoir { n, d, seen: 0, rng: StageRng::new(seed, salt), rows: Vec::new() }
+    }
+
+    /// Offers every row of `x` (`rows × d`).
+    pub fn offer(&mut self, x: &[f32], rows: usize) {
+        let d = self.d;
+        for row in x[..rows * d].chunks_exact(d.max(1)) {
+            if (self.seen as usize) < self.n {
+                self.rows.extend_from_slice(row);
+            } else {
+                let j = (self.rng.uniform() * (self.seen + 1) as f64) as usize;
+                if j < self.n {
+                    self.rows[j * d..(j + 1) * d].copy_from_slice(row);
+                }
+            }
+            self.seen += 1;
+        }
+    }
+}
+
+/// A uniform sample of `n` rows of a whole dataset (reservoir sampling); `check` sees
+/// every chunk first.
 pub fn reservoir(
     dataset: &Dataset,
     n: usize,
@@ -51,27 +85,13 @@ pub fn reservoir(
     chunk_rows: usize,
     check: &mut dyn FnMut(&Chunk) -> Result<()>,
 ) -> Result<Vec<f32>> {
-    let d = dataset.dim();
-    let mut rng = StageRng::new(seed, u64::MAX);
-    let mut keep: Vec<f32> = Vec::with_capacity(n * d);
-    let mut seen: u64 = 0;
+    let mut res = Reservoir::new(n, dataset.dim(), seed, u64::MAX);
     stream(dataset, &dataset.units(), chunk_rows, &mut |ch: Chunk| {
         check(&ch)?;
-        for r in 0..ch.rows {
-            let row = &ch.x[r * d..(r + 1) * d];
-            if (seen as usize) < n {
-                keep.extend_from_slice(row);
-            } else {
-                let j = (rng.uniform() * (seen + 1) as f64) as u64;
-                if (j as usize) < n {
-                    keep[j as usize * d..(j as usize + 1) * d].copy_from_slice(row);
-                }
-            }
-            seen += 1;
-        }
+        res.offer(&ch.x, ch.rows);
         Ok(())
     })?;
-    Ok(keep)
+    Ok(res.rows)
 }
 
 /// The first negative input of a χ² stage, as a data error naming the column and row.
