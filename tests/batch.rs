@@ -510,3 +510,64 @@ fn transform_writes_uncorrelated_pca_features_with_the_eigenvalues_as_variances(
     assert_eq!(o.status.code(), Some(2));
     assert!(!dir.path("x.parquet").exists());
 }
+
+#[test]
+fn sharded_two_pass_runs_give_the_single_process_model() {
+    let dir = TempDir::new("shards-two-pass");
+    write_data(&dir.path("train.parquet"), 2400, 150, 13);
+    let p = pipeline(&dir, &format!("passes = 2\n{}", CLASSIFY.replace("components = 40", "per_stage = [20, 5]")));
+    let single = dir.path("single.sfm");
+    run_ok(&["train", &p, "-o", single.to_str().unwrap(), "-q"]);
+    let reference = Model::load(&single).unwrap();
+    let n = 3;
+    let run_parts = |pass1: Option<&str>, tag: &str| -> Vec<String> {
+        (0..n)
+            .map(|i| {
+                let part = dir.path(&format!("{tag}-{i}.stats"));
+                let shard = format!("{i}/{n}");
+                let mut args =
+                    vec!["accumulate", p.as_str(), "--shard", shard.as_str(), "-o", part.to_str().unwrap(), "-q"];
+                if let Some(f) = pass1 {
+                    args.extend(["--pass1", f]);
+                }
+                run_ok(&args);
+                part.to_string_lossy().into_owned()
+            })
+            .collect()
+    };
+    let p1 = run_parts(None, "p1");
+    let merged1 = dir.path("pass1.stats");
+    let mut args = vec!["solve", p.as_str()];
+    args.extend(p1.iter().map(String::as_str));
+    args.extend(["-o", merged1.to_str().unwrap(), "-q"]);
+    assert!(run_ok(&args).contains("pass one merged"));
+    let p2 = run_parts(Some(merged1.to_str().unwrap()), "p2");
+    let model = dir.path("sharded.sfm");
+    let mut args = vec!["solve", p.as_str(), "--pass1", merged1.to_str().unwrap()];
+    args.extend(p2.iter().map(String::as_str));
+    args.extend(["-o", model.to_str().unwrap(), "-q"]);
+    run_ok(&args);
+    let m = Model::load(&model).unwrap();
+    assert!(rel(&m.weights, &reference.weights) < 1e-10, "W differs by {}", rel(&m.weights, &reference.weights));
+    assert!(rel(&m.bias, &reference.bias) < 1e-10);
+    // Pass-two parts without their pass-one file, or mixed with pass-one parts, are refused.
+    let x = dir.path("x.sfm");
+    let mut args = vec!["solve", p.as_str()];
+    args.extend(p2.iter().map(String::as_str));
+    args.extend(["-o", x.to_str().unwrap()]);
+    let o = sketchfit(&args);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let o = sketchfit(&[
+        "solve",
+        &p,
+        "--pass1",
+        merged1.to_str().unwrap(),
+        &p1[0],
+        &p2[1],
+        &p2[2],
+        "-o",
+        dir.path("y.sfm").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(!dir.path("x.sfm").exists() && !dir.path("y.sfm").exists());
+}

@@ -27,6 +27,10 @@ pub struct Args {
     /// Continue from this shard's checkpoint (OUTPUT.ckpt).
     #[arg(long)]
     resume: bool,
+    /// Two-pass pipelines: run pass two, projecting with this merged pass-one file
+    /// (from `solve` on the pass-one parts). Without it a two-pass shard runs pass one.
+    #[arg(long)]
+    pass1: Option<PathBuf>,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -45,7 +49,7 @@ pub fn run(a: Args) -> Result<()> {
         resume: a.resume,
     };
     let quiet = a.quiet;
-    accumulate_shard(&spec, shard, &a.output, &opts, &mut |l| {
+    accumulate_shard(&spec, shard, &a.output, &opts, a.pass1.as_deref(), &mut |l| {
         if !quiet {
             eprintln!("{l}");
         }

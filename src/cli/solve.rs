@@ -2,7 +2,7 @@ use std::path::PathBuf;
 
 use crate::error::Result;
 use crate::pipeline::predict::{evaluate, Evaluation};
-use crate::pipeline::run::solve_parts;
+use crate::pipeline::run::{solve_parts, SolveOutcome};
 use crate::pipeline::spec::PipelineSpec;
 
 /// `sketchfit solve PIPELINE PART… -o MODEL`
@@ -25,16 +25,29 @@ pub struct Args {
     /// No progress on stderr.
     #[arg(short, long)]
     quiet: bool,
+    /// Two-pass pipelines: the merged pass-one file the pass-two parts projected with.
+    #[arg(long)]
+    pass1: Option<PathBuf>,
 }
 
 pub fn run(a: Args) -> Result<()> {
     let spec = PipelineSpec::load(&a.pipeline, &a.set)?;
     let quiet = a.quiet;
-    let model = solve_parts(&spec, &a.parts, a.allow_partial, &mut |l| {
+    let outcome = solve_parts(&spec, &a.parts, a.allow_partial, a.pass1.as_deref(), &a.output, &mut |l| {
         if !quiet {
             eprintln!("{l}");
         }
     })?;
+    let model = match outcome {
+        SolveOutcome::Model(m) => *m,
+        SolveOutcome::Pass1Merged => {
+            return super::print_out(&format!(
+                "pass one merged into {}; now run every shard's pass two with --pass1 {} and solve those parts with --pass1\n",
+                a.output.display(),
+                a.output.display()
+            ));
+        }
+    };
     let h = &model.header;
     let mut out = format!(
         "solved {} rows from {} part(s): D = {}, components = {}, lambda = {}\n",

@@ -386,7 +386,22 @@ impl State {
                 }
                 Ok(())
             }
-            _ => Err("only one-pass statistics merge".into()),
+            (State::Two { pass1: a, pass2: pa }, State::Two { pass1: b, pass2: pb }) => {
+                match (pa, pb) {
+                    (Some(x), Some(y)) => x.merge(y),
+                    (None, None) => {
+                        if a.len() != b.len() {
+                            return Err("parts with different stage counts".into());
+                        }
+                        for (x, y) in a.iter_mut().zip(b) {
+                            x.merge(y);
+                        }
+                    }
+                    _ => return Err("pass-one and pass-two statistics do not merge".into()),
+                }
+                Ok(())
+            }
+            _ => Err("one-pass and two-pass statistics do not merge".into()),
         }
     }
 }
@@ -1035,6 +1050,47 @@ struct PartMeta {
     classes: Option<Classes>,
     stages: Vec<StageSpec>,
     features: ResolvedFeatures,
+    /// Which pass of a two-pass pipeline the part holds (1 for one-pass pipelines).
+    #[serde(default = "pass_one")]
+    pass: u32,
+    /// For pass-two parts: the checksum of the merged pass-one file they projected with.
+    #[serde(default)]
+    pass1_checksum: Option<String>,
+}
+
+fn pass_one() -> u32 {
+    1
+}
+
+fn read_stats(path: &Path) -> Result<(Vec<(String, GramStats)>, serde_json::Value, Vec<u8>)> {
+    let bad = |message: String| Error::BadModel { path: path.into(), message };
+    let bytes = std::fs::read(path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            bad("statistics file not found".into())
+        } else {
+            Error::io(path, e)
+        }
+    })?;
+    let (blocks, meta) = stats_from_bytes(&bytes).map_err(bad)?;
+    Ok((blocks, meta, bytes))
+}
+
+/// The merged pass-one statistics of a sharded two-pass run.
+fn load_pass1(path: &Path, fingerprint: Option<&str>) -> Result<(Vec<GramStats>, PartMeta, String)> {
+    let bad = |message: String| Error::BadModel { path: path.into(), message };
+    let (blocks, meta, bytes) = read_stats(path)?;
+    let meta: PartMeta =
+        serde_json::from_value(meta).map_err(|e| bad(format!("not merged pass-one statistics: {e}")))?;
+    if meta.kind != "pass1" {
+        return Err(bad("not merged pass-one statistics (made by `solve` from pass-one parts)".into()));
+    }
+    if fingerprint.is_some_and(|f| f != meta.fingerprint) {
+        return Err(bad("written by a different pipeline, data or seed".into()));
+    }
+    let State::Two { pass1, .. } = State::from_blocks(2, blocks).map_err(bad)? else {
+        return Err(bad("no pass-one statistics".into()));
+    };
+    Ok((pass1, meta, crate::stats::checksum([bytes.as_slice()])))
 }
 
 /// Parses `i/N`.
@@ -1055,20 +1111,33 @@ pub fn accumulate_shard(
     shard: (usize, usize),
     out: &Path,
     opts: &RunOptions,
+    pass1: Option<&Path>,
     say: &mut dyn FnMut(&str),
 ) -> Result<()> {
-    if spec.passes == 2 {
-        return Err(Error::config(
-            &spec.source,
-            "passes",
-            "two-pass mode cannot be sharded yet; train it in one process",
-        ));
+    if spec.passes == 1 && pass1.is_some() {
+        return Err(Error::config("command line", "--pass1", "only two-pass pipelines have a pass one"));
     }
     let prep = prepare(spec, say)?;
     let (i, n) = shard;
     let units: Vec<usize> = (0..prep.work.len()).filter(|u| u % n == i).collect();
     say(&format!("shard {i}/{n}: {} of {} row groups", units.len(), prep.work.len()));
-    let (state, _) = accumulate(spec, &prep, &units, opts, say)?;
+    let (state, pass, pass1_checksum) = match (spec.passes, pass1) {
+        (1, _) => (accumulate(spec, &prep, &units, opts, say)?.0, 1, None),
+        (_, None) => {
+            // Pass one of a sharded two-pass run: the per-stage statistics only.
+            let mut state = State::new(spec, &prep);
+            run_pass(spec, &prep, &mut state, &units, &mut Vec::new(), None, &mut None, opts.progress)?;
+            (state, 1, None)
+        }
+        (_, Some(path)) => {
+            let (p1, _, sum) = load_pass1(path, Some(&prep.fingerprint))?;
+            let pcas = fit_stage_pcas(spec, &p1, &stage_ranges(&prep.pipeline), say)?;
+            let e: usize = pcas.iter().map(|p| p.e).sum();
+            let mut state = State::Two { pass1: p1, pass2: Some(GramStats::new(vec![0.0; e], prep.c)) };
+            run_pass(spec, &prep, &mut state, &units, &mut Vec::new(), Some(&pcas), &mut None, opts.progress)?;
+            (state, 2, Some(sum))
+        }
+    };
     let meta = PartMeta {
         kind: "shard".into(),
         fingerprint: prep.fingerprint.clone(),
@@ -1078,22 +1147,39 @@ pub fn accumulate_shard(
         classes: prep.classes.clone(),
         stages: prep.stages.clone(),
         features: prep.labeled.features.clone(),
+        pass,
+        pass1_checksum,
     };
     let blocks = state.blocks();
-    let named: Vec<(&str, &GramStats)> = blocks.iter().map(|(n, s)| (n.as_str(), *s)).collect();
+    // A pass-two part carries only its own statistics; pass one is in the merged file.
+    let named: Vec<(&str, &GramStats)> =
+        blocks.iter().filter(|(n, _)| pass == 1 || n == "pass2").map(|(n, s)| (n.as_str(), *s)).collect();
     let bytes = stats_to_bytes(&named, serde_json::to_value(&meta).unwrap_or_default())?;
     crate::atomic::write_bytes(out, &bytes)
 }
 
+/// What `solve` produced.
+#[derive(Debug)]
+pub enum SolveOutcome {
+    /// The model.
+    Model(Box<Model>),
+    /// Pass one of a sharded two-pass run, merged and written to the output.
+    Pass1Merged,
+}
+
 /// `solve PIPELINE PART…`: checks that the parts are the shards of one run (same
 /// fingerprint, each shard once, disjoint row groups, none missing unless allowed),
-/// merges them in shard order and solves.
+/// merges them in shard order and solves. For a sharded two-pass run, pass-one parts
+/// merge into a file for `accumulate --pass1` (written to `out`), and pass-two parts
+/// solve with that file given as `pass1`.
 pub fn solve_parts(
     spec: &PipelineSpec,
     parts: &[PathBuf],
     allow_partial: bool,
+    pass1: Option<&Path>,
+    out: &Path,
     say: &mut dyn FnMut(&str),
-) -> Result<Model> {
+) -> Result<SolveOutcome> {
     if parts.is_empty() {
         return Err(Error::config("command line", "PART", "no statistics files given"));
     }
@@ -1112,7 +1198,13 @@ pub fn solve_parts(
         if meta.kind != "shard" {
             return Err(bad("not a shard's statistics".into()));
         }
-        let state = State::from_blocks(1, blocks).map_err(bad)?;
+        let state = if meta.pass == 2 {
+            let (_, p2) =
+                blocks.into_iter().find(|(n, _)| n == "pass2").ok_or_else(|| bad("no pass-two statistics".into()))?;
+            State::Two { pass1: Vec::new(), pass2: Some(p2) }
+        } else {
+            State::from_blocks(spec.passes, blocks).map_err(bad)?
+        };
         loaded.push((path.clone(), meta, state));
     }
     let first = loaded[0].1.clone();
@@ -1122,6 +1214,9 @@ pub fn solve_parts(
         let bad = |message: String| Error::BadModel { path: path.clone(), message };
         if m.fingerprint != first.fingerprint {
             return Err(bad(format!("written by a different pipeline, data or seed than {}", loaded[0].0.display())));
+        }
+        if m.pass != first.pass {
+            return Err(bad(format!("a pass-{} part among pass-{} parts", m.pass, first.pass)));
         }
         if m.shards != first.shards {
             return Err(bad(format!(
@@ -1156,5 +1251,53 @@ pub fn solve_parts(
     }
     say(&format!("merged {} shard(s) of {}", loaded.len(), first.shards));
     let pipeline = FeaturePipeline::build(&first.stages, first.features.dim, spec.run.seed);
-    finish(spec, pipeline, first.stages.clone(), first.classes.clone(), first.features.clone(), &state, None, say)
+    match (spec.passes, first.pass) {
+        (2, 1) => {
+            let meta = PartMeta { kind: "pass1".into(), shard: 0, shards: 1, units: Vec::new(), ..first.clone() };
+            let blocks = state.blocks();
+            let named: Vec<(&str, &GramStats)> = blocks.iter().map(|(n, s)| (n.as_str(), *s)).collect();
+            let bytes = stats_to_bytes(&named, serde_json::to_value(&meta).unwrap_or_default())?;
+            crate::atomic::write_bytes(out, &bytes)?;
+            Ok(SolveOutcome::Pass1Merged)
+        }
+        (2, _) => {
+            let path = pass1.ok_or_else(|| {
+                Error::config("command line", "--pass1", "pass-two parts solve with the merged pass-one file (--pass1)")
+            })?;
+            let (p1, _, sum) = load_pass1(path, Some(&first.fingerprint))?;
+            for (part, m, _) in &loaded {
+                if m.pass1_checksum.as_deref() != Some(sum.as_str()) {
+                    return Err(Error::BadModel {
+                        path: part.clone(),
+                        message: format!("projected with another pass-one file than {}", path.display()),
+                    });
+                }
+            }
+            let State::Two { pass2, .. } = state else { unreachable!("pass-two parts hold two-pass state") };
+            let pcas = fit_stage_pcas(spec, &p1, &stage_ranges(&pipeline), say)?;
+            let state = State::Two { pass1: p1, pass2 };
+            finish(
+                spec,
+                pipeline,
+                first.stages.clone(),
+                first.classes.clone(),
+                first.features.clone(),
+                &state,
+                Some(pcas),
+                say,
+            )
+            .map(|m| SolveOutcome::Model(Box::new(m)))
+        }
+        _ => finish(
+            spec,
+            pipeline,
+            first.stages.clone(),
+            first.classes.clone(),
+            first.features.clone(),
+            &state,
+            None,
+            say,
+        )
+        .map(|m| SolveOutcome::Model(Box::new(m))),
+    }
 }
