@@ -1062,7 +1062,10 @@ fn pass_one() -> u32 {
     1
 }
 
-fn read_stats(path: &Path) -> Result<(Vec<(String, GramStats)>, serde_json::Value, Vec<u8>)> {
+/// A statistics file: its named blocks, its meta value and its bytes.
+type StatsFile = (Vec<(String, GramStats)>, serde_json::Value, Vec<u8>);
+
+fn read_stats(path: &Path) -> Result<StatsFile> {
     let bad = |message: String| Error::BadModel { path: path.into(), message };
     let bytes = std::fs::read(path).map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
