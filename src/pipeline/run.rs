@@ -176,6 +176,18 @@ pub fn prepare(spec: &PipelineSpec, say: &mut dyn FnMut(&str)) -> Result<Prepare
     let sample = prepass_sample(&labeled, unlabeled.as_ref(), &work, spec, &mut check)?;
     let stages: Vec<StageSpec> =
         spec.stages.iter().enumerate().map(|(i, s)| s.fit(&sample, d, spec.run.seed, i)).collect();
+    for (i, st) in stages.iter().enumerate() {
+        let t = match st {
+            StageSpec::GaussianSketch(g) => g.truncation,
+            StageSpec::GaussianSketchHd(g) => g.truncation,
+            _ => None,
+        };
+        if let Some(t) = t.filter(|&t| t > 64) {
+            say(&format!(
+                "warning: stage {i}: the Gaussian sketch needs {t} terms: the bandwidth is small next to the data's spread; random Fourier features suit better"
+            ));
+        }
+    }
     let pipeline = FeaturePipeline::build(&stages, d, spec.run.seed);
     let threads = spec.threads();
     let shift = match spec.run.shift {
