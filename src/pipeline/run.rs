@@ -1201,14 +1201,7 @@ pub fn solve_parts(
     let mut loaded: Vec<(PathBuf, PartMeta, State)> = Vec::new();
     for path in parts {
         let bad = |message: String| Error::BadModel { path: path.clone(), message };
-        let bytes = std::fs::read(path).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                bad("statistics file not found".into())
-            } else {
-                Error::io(path, e)
-            }
-        })?;
-        let (blocks, meta) = stats_from_bytes(&bytes).map_err(bad)?;
+        let (blocks, meta, _) = read_stats(path)?;
         let meta: PartMeta = serde_json::from_value(meta).map_err(|e| bad(format!("not a shard's statistics: {e}")))?;
         if meta.kind != "shard" {
             return Err(bad("not a shard's statistics".into()));
