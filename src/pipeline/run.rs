@@ -541,14 +541,8 @@ impl Checkpointer<'_> {
 
 fn load_checkpoint(path: &Path, fingerprint: &str) -> Result<(State, Vec<usize>)> {
     let bad = |message: String| Error::BadModel { path: path.into(), message };
-    let bytes = std::fs::read(path).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound {
-            bad("no checkpoint to resume from".into())
-        } else {
-            Error::io(path, e)
-        }
-    })?;
-    let (blocks, meta) = stats_from_bytes(&bytes).map_err(bad)?;
+    // Callers resume only from a checkpoint that exists; the shared reader names any other fault.
+    let (blocks, meta, _) = read_stats(path)?;
     let meta: CheckpointMeta = serde_json::from_value(meta).map_err(|e| bad(format!("bad checkpoint header: {e}")))?;
     if meta.kind != "checkpoint" {
         return Err(bad("not a checkpoint".into()));
