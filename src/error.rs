@@ -109,9 +109,24 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A broken invariant: a bug in sketchfit, never the input's fault.
+    #[error("internal error (please report): {0}")]
+    Internal(String),
     /// A numerical step failed (no convergence, nothing to solve).
     #[error("numerical failure: {0}")]
     Numerical(String),
+    /// `C + λI` is not positive definite to working precision at a fixed λ.
+    #[error(
+        "the centred Gram plus λ = {lambda:e} is not positive definite to working precision (pivot {pivot}); {hint}"
+    )]
+    NotPositiveDefinite {
+        /// The λ tried.
+        lambda: f64,
+        /// The feature index of the first failing pivot.
+        pivot: usize,
+        /// What to do.
+        hint: String,
+    },
     /// The run needs more memory than the limit allows.
     #[error("not enough memory: {needed} bytes needed, {limit} allowed; {hint}")]
     Memory {
@@ -146,6 +161,7 @@ impl Error {
                 | Error::Parquet { .. }
                 | Error::BadModel { .. }
                 | Error::Memory { .. }
+                | Error::NotPositiveDefinite { .. }
         ) || matches!(self, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
     }
 }

@@ -8,12 +8,14 @@
 //! The math of every stage is in `design/math.md`.
 #![deny(missing_docs)]
 
+pub mod chol;
 pub mod error;
 pub mod rng;
 pub mod sketch;
 pub mod solve;
 pub mod source;
 pub mod stats;
+pub mod tridiag;
 
 pub use error::{Error, Result};
 pub mod atomic;

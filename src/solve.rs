@@ -340,3 +340,110 @@ impl RotatedProblem {
         RidgeFit { weights, bias, lambdas, gcv }
     }
 }
+
+/// Which solve path runs (math.md §13.7); `auto` picks the cheapest that answers the
+/// pipeline's question.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SolvePath {
+    /// Cholesky for a fixed λ > 0 without PCA, tridiagonal for λ still to choose without
+    /// PCA, the dense eigendecomposition otherwise.
+    #[default]
+    Auto,
+    /// Full dense eigendecomposition (PCA, unlabeled rows, λ = 0's pseudo-inverse).
+    Eigen,
+    /// One tiled Cholesky of `C + λI` at a fixed λ > 0.
+    Cholesky,
+    /// Tridiagonal reduction with rotated right-hand sides (GCV, validation).
+    Tridiagonal,
+}
+
+impl SolvePath {
+    /// The name stored in the model and printed.
+    pub fn name(self) -> &'static str {
+        match self {
+            SolvePath::Auto => "auto",
+            SolvePath::Eigen => "eigen",
+            SolvePath::Cholesky => "cholesky",
+            SolvePath::Tridiagonal => "tridiagonal",
+        }
+    }
+}
+
+/// A ridge problem ready to give weights for any λ, by whichever path built it.
+#[derive(Debug)]
+pub enum Ridge {
+    /// In an explicit eigenbasis (dense path).
+    Eigen(RotatedProblem),
+    /// In tridiagonal form; `problem` carries `σ_j` and `R̃` (no basis) for the grid and GCV.
+    Tridiagonal {
+        /// The factorisation.
+        form: Box<crate::tridiag::Tridiagonal>,
+        /// Eigenvalues and rotated right-hand sides.
+        problem: RotatedProblem,
+    },
+    /// Already solved at the fixed λ (Cholesky).
+    Solved {
+        /// `W`, row-major `D × c`.
+        weights: Vec<f64>,
+        /// `b`.
+        bias: Vec<f64>,
+    },
+}
+
+impl Ridge {
+    /// Outputs `c`.
+    pub fn outputs(&self) -> usize {
+        match self {
+            Ridge::Eigen(p) | Ridge::Tridiagonal { problem: p, .. } => p.c,
+            Ridge::Solved { bias, .. } => bias.len(),
+        }
+    }
+
+    /// The spectrum when the path computed one (`σ_j`, descending).
+    pub fn eigenvalues(&self) -> Option<&[f64]> {
+        match self {
+            Ridge::Tridiagonal { problem, .. } => Some(&problem.sigma),
+            _ => None,
+        }
+    }
+
+    /// The λ grid `σ̄·10^{-8+i/4}` (empty when λ was fixed).
+    pub fn grid(&self) -> Vec<f64> {
+        match self {
+            Ridge::Eigen(p) | Ridge::Tridiagonal { problem: p, .. } => p.grid().1,
+            Ridge::Solved { .. } => Vec::new(),
+        }
+    }
+
+    /// The GCV curve (none when λ was fixed).
+    pub fn gcv(&self, labeled: &Centered) -> Option<GcvCurve> {
+        match self {
+            Ridge::Eigen(p) | Ridge::Tridiagonal { problem: p, .. } => Some(p.gcv(labeled.n, &labeled.cyy)),
+            Ridge::Solved { .. } => None,
+        }
+    }
+
+    /// `(W, b)` in the solved feature space for each set of per-output λ.
+    pub fn weights(&self, sets: &[Vec<f64>], labeled: &Centered) -> Vec<(Vec<f64>, Vec<f64>)> {
+        match self {
+            Ridge::Eigen(p) => sets.iter().map(|l| p.fold(&p.coefficients(l), labeled)).collect(),
+            Ridge::Tridiagonal { form, problem } => form
+                .weights_many(sets)
+                .into_iter()
+                .map(|w| {
+                    let b = bias_for(&w, problem.c, labeled);
+                    (w, b)
+                })
+                .collect(),
+            Ridge::Solved { weights, bias } => sets.iter().map(|_| (weights.clone(), bias.clone())).collect(),
+        }
+    }
+}
+
+/// `b = ȳ − Wᵀ z̄` for row-major `W` (`D × c`).
+pub fn bias_for(weights: &[f64], c: usize, labeled: &Centered) -> Vec<f64> {
+    (0..c)
+        .map(|k| labeled.ymean[k] - labeled.mean.iter().enumerate().map(|(i, m)| weights[i * c + k] * m).sum::<f64>())
+        .collect()
+}

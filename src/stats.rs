@@ -4,7 +4,10 @@
 //! `u = Σy`, `v = Σy∘y`. They add chunk by chunk, merge across shards and threads,
 //! and are all that the solvers see.
 
-use ndarray::{s, ArrayView2, ArrayViewMut2};
+use faer::linalg::matmul::matmul;
+use faer::linalg::matmul::triangular::{self, BlockStructure};
+use faer::{Accum, Mat, MatMut, MatRef, Par};
+use ndarray::ArrayView2;
 
 use crate::error::{Error, Result};
 
@@ -55,7 +58,7 @@ impl TriGram {
     }
 
     /// Mutable tiles `(I, J, block)` in storage order.
-    fn tiles_mut(&mut self) -> Vec<(usize, usize, &mut [f64])> {
+    pub(crate) fn tiles_mut(&mut self) -> Vec<(usize, usize, &mut [f64])> {
         let dim = self.dim;
         let nt = dim.div_ceil(TILE);
         let mut out = Vec::with_capacity(nt * (nt + 1) / 2);
@@ -71,34 +74,96 @@ impl TriGram {
         out
     }
 
+    /// Tiles `(I, J, block)` in storage order.
+    pub(crate) fn tiles(&self) -> Vec<(usize, usize, &[f64])> {
+        let dim = self.dim;
+        let nt = dim.div_ceil(TILE);
+        let mut out = Vec::with_capacity(nt * (nt + 1) / 2);
+        let mut rest: &[f64] = &self.data;
+        for i in 0..nt {
+            for j in 0..=i {
+                let (head, tail) = rest.split_at(tile_len(dim, i) * tile_len(dim, j));
+                out.push((i, j, head));
+                rest = tail;
+            }
+        }
+        out
+    }
+
+    /// The diagonal of `G`.
+    pub fn diagonal(&self) -> Vec<f64> {
+        let dim = self.dim;
+        let mut out = Vec::with_capacity(dim);
+        for (i, j, block) in self.tiles() {
+            if i == j {
+                let h = tile_len(dim, i);
+                out.extend((0..h).map(|r| block[r * h + r]));
+            }
+        }
+        out
+    }
+
+    /// `G += α I`.
+    pub(crate) fn add_diagonal(&mut self, alpha: f64) {
+        let dim = self.dim;
+        for (i, j, block) in self.tiles_mut() {
+            if i == j {
+                let h = tile_len(dim, i);
+                (0..h).for_each(|r| block[r * h + r] += alpha);
+            }
+        }
+    }
+
     /// `G += Zᵀ Z` for a row-major f64 block `z` (`rows × D`), one GEMM per tile on and
     /// below the diagonal, spread over `threads` threads. Each tile is computed by one
-    /// GEMM whatever the thread count, so the sums are bit-identical for any `threads`.
+    /// sequential GEMM whatever the thread count, so the sums are bit-identical for any
+    /// `threads`.
     pub fn syrk(&mut self, z: ArrayView2<'_, f64>, threads: usize) {
         assert_eq!(z.ncols(), self.dim);
-        let dim = self.dim;
-        let tiles = self.tiles_mut();
-        let threads = threads.clamp(1, tiles.len().max(1));
-        let update = |(i, j, block): (usize, usize, &mut [f64])| {
-            let (ri, rj) = (tile_range(dim, i), tile_range(dim, j));
-            let (hi, hj) = (ri.len(), rj.len());
-            let a = z.slice(s![.., ri]);
-            let b = z.slice(s![.., rj]);
-            let mut c = ArrayViewMut2::from_shape((hi, hj), block).expect("tile shape matches its storage");
-            ndarray::linalg::general_mat_mul(1.0, &a.t(), &b, 1.0, &mut c);
+        let Some(zs) = z.as_slice() else {
+            let owned = z.to_owned();
+            return self.syrk(owned.view(), threads);
         };
-        if threads == 1 {
-            tiles.into_iter().for_each(update);
-            return;
-        }
-        // Interleave tiles over threads so each gets a similar share of the big ones.
-        let mut groups: Vec<Vec<(usize, usize, &mut [f64])>> = (0..threads).map(|_| Vec::new()).collect();
-        for (k, t) in tiles.into_iter().enumerate() {
-            groups[k % threads].push(t);
-        }
-        std::thread::scope(|scope| {
-            for g in groups {
-                scope.spawn(|| g.into_iter().for_each(update));
+        let (rows, dim) = (z.nrows(), self.dim);
+        let zm = MatRef::from_row_major_slice(zs, rows, dim);
+        let tiles = self.tiles_mut();
+        for_each_tile(tiles, threads, |(i, j, block)| {
+            let (ri, rj) = (tile_range(dim, i), tile_range(dim, j));
+            let a = zm.subcols(ri.start, ri.len()).transpose();
+            let b = zm.subcols(rj.start, rj.len());
+            let c = MatMut::from_row_major_slice_mut(block, ri.len(), rj.len());
+            if i == j {
+                // Only the lower half of a diagonal tile is ever read: skip the rest.
+                let rect = BlockStructure::Rectangular;
+                triangular::matmul(c, BlockStructure::TriangularLower, Accum::Add, a, rect, b, rect, 1.0, Par::Seq);
+            } else {
+                matmul(c, Accum::Add, a, b, 1.0, Par::Seq);
+            }
+        });
+    }
+
+    /// [`TriGram::syrk`] with the products in f32 (`z` row-major f32, at most a block
+    /// of rows at a time), each tile's product added into the f64 sums: f32 FMA runs at
+    /// twice the f64 rate, and rounding stays that of one block, whatever the row count.
+    pub fn syrk_f32(&mut self, z: &[f32], rows: usize, threads: usize) {
+        let dim = self.dim;
+        assert!(z.len() >= rows * dim);
+        let zm = MatRef::from_row_major_slice(&z[..rows * dim], rows, dim);
+        let tiles = self.tiles_mut();
+        for_each_tile(tiles, threads, |(i, j, block)| {
+            let (ri, rj) = (tile_range(dim, i), tile_range(dim, j));
+            let a = zm.subcols(ri.start, ri.len()).transpose();
+            let b = zm.subcols(rj.start, rj.len());
+            let mut prod = Mat::<f32>::zeros(ri.len(), rj.len());
+            if i == j {
+                let rect = BlockStructure::Rectangular;
+                let lower = BlockStructure::TriangularLower;
+                triangular::matmul(prod.as_mut(), lower, Accum::Replace, a, rect, b, rect, 1.0, Par::Seq);
+            } else {
+                matmul(prod.as_mut(), Accum::Replace, a, b, 1.0, Par::Seq);
+            }
+            for (x, row) in block.chunks_exact_mut(rj.len()).enumerate() {
+                row.iter_mut().enumerate().for_each(|(y, v)| *v += f64::from(prod[(x, y)]));
             }
         });
     }
@@ -150,8 +215,8 @@ impl TriGram {
         self.data.iter_mut().zip(&other.data).for_each(|(a, b)| *a += b);
     }
 
-    /// `G += α a bᵀ + α b aᵀ` on the lower triangle (used for a change of shift).
-    fn add_sym_rank2(&mut self, a: &[f64], b: &[f64], alpha: f64) {
+    /// `G += α a bᵀ + α b aᵀ` on the lower triangle (a change of shift, centring).
+    pub(crate) fn add_sym_rank2(&mut self, a: &[f64], b: &[f64], alpha: f64) {
         let dim = self.dim;
         for (i, j, block) in self.tiles_mut() {
             let (ri, rj) = (tile_range(dim, i), tile_range(dim, j));
@@ -165,12 +230,48 @@ impl TriGram {
     }
 }
 
-fn tile_len(dim: usize, i: usize) -> usize {
+/// Runs `f` on every tile over `threads` scoped threads. Tiles are interleaved so each
+/// thread gets a similar share of the large ones; each tile is one call, so the
+/// arithmetic does not depend on the thread count.
+fn for_each_tile<'a>(
+    tiles: Vec<(usize, usize, &'a mut [f64])>,
+    threads: usize,
+    f: impl Fn((usize, usize, &'a mut [f64])) + Sync,
+) {
+    let threads = threads.clamp(1, tiles.len().max(1));
+    if threads == 1 {
+        tiles.into_iter().for_each(f);
+        return;
+    }
+    let mut groups: Vec<Vec<(usize, usize, &mut [f64])>> = (0..threads).map(|_| Vec::new()).collect();
+    for (k, t) in tiles.into_iter().enumerate() {
+        groups[k % threads].push(t);
+    }
+    std::thread::scope(|scope| {
+        for g in groups {
+            let f = &f;
+            scope.spawn(move || g.into_iter().for_each(f));
+        }
+    });
+}
+
+pub(crate) fn tile_len(dim: usize, i: usize) -> usize {
     TILE.min(dim - i * TILE)
 }
 
-fn tile_range(dim: usize, i: usize) -> std::ops::Range<usize> {
+pub(crate) fn tile_range(dim: usize, i: usize) -> std::ops::Range<usize> {
     i * TILE..(i * TILE + TILE).min(dim)
+}
+
+/// The precision of the Gram products (`run.gram`). Sums are f64 either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    /// f64 products (the default).
+    #[default]
+    F64,
+    /// f32 products over blocks of at most 1,024 rows, added into the f64 sums.
+    F32,
 }
 
 /// The statistics of one row set with `c` targets.
@@ -252,15 +353,27 @@ impl GramStats {
     /// Adds `rows` rows: features `z` (`rows × D`, f32) and targets `y` (`rows × c`).
     /// Non-finite features are an error, never accumulated.
     pub fn add(&mut self, z: &[f32], y: &[f64], rows: usize, threads: usize) -> Result<()> {
-        self.add_rows(z, y, rows, threads)
+        self.add_rows(z, y, rows, threads, Precision::F64)
     }
 
     /// [`GramStats::add`] for f64 features (two-pass mode's projected features).
     pub fn add_f64(&mut self, z: &[f64], y: &[f64], rows: usize, threads: usize) -> Result<()> {
-        self.add_rows(z, y, rows, threads)
+        self.add_rows(z, y, rows, threads, Precision::F64)
     }
 
-    fn add_rows<T: Copy + Into<f64>>(&mut self, z: &[T], y: &[f64], rows: usize, threads: usize) -> Result<()> {
+    /// [`GramStats::add`] with the Gram products in the given precision.
+    pub fn add_with(&mut self, z: &[f32], y: &[f64], rows: usize, threads: usize, precision: Precision) -> Result<()> {
+        self.add_rows(z, y, rows, threads, precision)
+    }
+
+    fn add_rows<T: Copy + Into<f64>>(
+        &mut self,
+        z: &[T],
+        y: &[f64],
+        rows: usize,
+        threads: usize,
+        precision: Precision,
+    ) -> Result<()> {
         let (dim, c) = (self.dim(), self.c);
         assert!(z.len() >= rows * dim && y.len() >= rows * c);
         if let Some(pos) = z[..rows * dim].iter().position(|&v| !v.into().is_finite()) {
@@ -271,12 +384,20 @@ impl GramStats {
             )));
         }
         let mut zc = vec![0.0f64; ROW_BLOCK.min(rows) * dim];
+        let mut z32 = if precision == Precision::F32 { vec![0.0f32; ROW_BLOCK.min(rows) * dim] } else { Vec::new() };
         for start in (0..rows).step_by(ROW_BLOCK) {
             let nb = ROW_BLOCK.min(rows - start);
             let zb = &mut zc[..nb * dim];
             for (dst, src) in zb.chunks_exact_mut(dim).zip(z[start * dim..(start + nb) * dim].chunks_exact(dim)) {
                 for ((d, &v), &m) in dst.iter_mut().zip(src).zip(&self.shift) {
                     *d = v.into() - m;
+                }
+            }
+            if precision == Precision::F32 {
+                // s and T see the same rounded values as the f32 Gram.
+                for (a, b) in z32.iter_mut().zip(zb.iter_mut()) {
+                    *a = *b as f32;
+                    *b = f64::from(*a);
                 }
             }
             for row in zb.chunks_exact(dim) {
@@ -295,8 +416,13 @@ impl GramStats {
                     }
                 }
             }
-            let view = ArrayView2::from_shape((nb, dim), &*zb).expect("block shape matches");
-            self.gram.syrk(view, threads);
+            match precision {
+                Precision::F64 => {
+                    let view = ArrayView2::from_shape((nb, dim), &*zb).expect("block shape matches");
+                    self.gram.syrk(view, threads);
+                }
+                Precision::F32 => self.gram.syrk_f32(&z32[..nb * dim], nb, threads),
+            }
         }
         self.n += rows as u64;
         Ok(())
@@ -355,12 +481,12 @@ impl GramStats {
         }
     }
 
-    /// The shift-free quantities.
+    /// The shift-free quantities, with the dense covariance `C` (`D × D`).
     pub fn centered(&self) -> Centered {
-        let (dim, c) = (self.dim(), self.c);
+        let dim = self.dim();
         let n = self.n as f64;
+        let mut out = self.moments();
         let mut cov = self.gram.to_full();
-        let max_g_diag = (0..dim).map(|i| cov[i * dim + i]).fold(0.0, f64::max);
         if n > 0.0 {
             for i in 0..dim {
                 for j in 0..dim {
@@ -368,7 +494,16 @@ impl GramStats {
                 }
             }
         }
-        let inv = if n > 0.0 { 1.0 / n } else { 0.0 };
+        out.cov = cov;
+        out
+    }
+
+    /// The shift-free quantities without the dense covariance (`cov` left empty): what
+    /// the solve paths that work on the tiled Gram need.
+    pub fn moments(&self) -> Centered {
+        let (dim, c) = (self.dim(), self.c);
+        let inv = if self.n > 0 { 1.0 / self.n as f64 } else { 0.0 };
+        let max_g_diag = self.gram.diagonal().into_iter().fold(0.0, f64::max);
         let mean = self.shift.iter().zip(&self.s).map(|(m, s)| m + s * inv).collect();
         let mut czy = self.t.clone();
         for i in 0..dim {
@@ -378,7 +513,7 @@ impl GramStats {
         }
         let ymean = self.u.iter().map(|u| u * inv).collect();
         let cyy = self.v.iter().zip(&self.u).map(|(v, u)| v - u * u * inv).collect();
-        Centered { n: self.n, mean, cov, czy, ymean, cyy, max_g_diag }
+        Centered { n: self.n, mean, cov: Vec::new(), czy, ymean, cyy, max_g_diag }
     }
 }
 

@@ -19,10 +19,12 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Location, Result};
 use crate::model::{header_base, Model, ModelHeader, Projection, ProjectionInfo, ValidationTable};
 use crate::pipeline::spec::{Metric, PipelineSpec, ShiftMode, Task};
-use crate::pipeline::train::{check_nonnegative, encode_targets, lambda_text, progress, sample_mean, Reservoir};
+use crate::pipeline::train::{
+    check_nonnegative, encode_targets, lambda_text, progress, sample_mean, Mapped, Reservoir,
+};
 use crate::rng::StageRng;
 use crate::sketch::{FeaturePipeline, StageSpec};
-use crate::solve::{Components, LambdaChoice, Pca, RotatedProblem};
+use crate::solve::{Components, LambdaChoice, Pca, Ridge, RotatedProblem, SolvePath};
 use crate::source::{Chunk, Classes, Dataset, ResolvedFeatures, Unit};
 use crate::stats::{stats_from_bytes, stats_to_bytes, GramStats};
 
@@ -580,67 +582,86 @@ fn run_pass(
     show: bool,
 ) -> Result<()> {
     let threads = spec.threads();
+    let gram = spec.run.gram;
     let dim = prep.pipeline.output_dim();
     let ranges = stage_ranges(&prep.pipeline);
     let finished: BTreeSet<usize> = done.iter().copied().collect();
     let todo: Vec<usize> = units.iter().copied().filter(|u| !finished.contains(u)).collect();
     let total: u64 = todo.iter().map(|&i| prep.work[i].unit.rows as u64).sum();
     let bar = progress(total, if state.pass() == 2 { "pass 2" } else { "train" }, show);
-    let mut z = Vec::new();
     let abort = abort_after();
-    for &wi in &todo {
+    let units: Vec<(&Dataset, Unit, usize)> = todo
+        .iter()
+        .map(|&wi| {
+            let w = prep.work[wi];
+            (prep.dataset(w.unlabeled), w.unit, wi)
+        })
+        .collect();
+    let map = |wi: usize, ch: &Chunk, z: &mut Vec<f32>| -> Result<(Vec<bool>, Vec<f64>)> {
         let w = prep.work[wi];
-        let ds = prep.dataset(w.unlabeled);
-        let mut chunks = 0;
-        crate::pipeline::train::stream(ds, &[w.unit], spec.run.chunk_rows, &mut |ch: Chunk| {
-            check_nonnegative(&prep.pipeline, &ch, ds.features_ref())?;
-            z.resize(ch.rows * dim, 0.0);
-            prep.pipeline.map_chunk(&ch.x, ch.rows, &mut z, threads);
-            let (mask, y) = targets(prep, spec, &ch, w.unlabeled)?;
-            let all_labeled = mask.iter().all(|&m| m);
-            match state {
-                State::One { labeled, unlabeled } => {
-                    if all_labeled {
-                        labeled.add(&z, &y, ch.rows, threads).map_err(data_err(&ch))?;
-                    } else {
-                        let zl = select_rows(&z, dim, &mask, true);
-                        labeled.add(&zl, &y, zl.len() / dim, threads).map_err(data_err(&ch))?;
-                        let zu = select_rows(&z, dim, &mask, false);
-                        let u = unlabeled.as_mut().expect("unlabeled statistics exist when rows may be unlabeled");
-                        u.add(&zu, &[], zu.len() / dim, threads).map_err(data_err(&ch))?;
+        check_nonnegative(&prep.pipeline, ch, prep.dataset(w.unlabeled).features_ref())?;
+        z.resize(ch.rows * dim, 0.0);
+        prep.pipeline.map_chunk(&ch.x, ch.rows, z, threads);
+        targets(prep, spec, ch, w.unlabeled)
+    };
+    let mut chunks = 0;
+    crate::pipeline::train::stream_mapped(&units, spec.run.chunk_rows, &map, &mut |item| {
+        let (ch, z, (mask, y)) = match item {
+            Mapped::Chunk { chunk, features, extra, .. } => (chunk, features, extra),
+            Mapped::UnitDone(wi) => {
+                done.push(wi);
+                if let Some(c) = ckpt.as_mut() {
+                    c.since += chunks;
+                    chunks = 0;
+                    if c.every > 0 && c.since >= c.every {
+                        c.write(state, done)?;
+                        c.since = 0;
                     }
                 }
-                State::Two { pass1, pass2: None } => {
-                    for (st, r) in pass1.iter_mut().zip(&ranges) {
-                        let block: Vec<f32> =
-                            z.chunks_exact(dim).flat_map(|row| row[r.clone()].iter().copied()).collect();
-                        st.add(&block, &[], ch.rows, threads).map_err(data_err(&ch))?;
-                    }
+                let total = UNITS_DONE.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                if abort.is_some_and(|n| total >= n) {
+                    std::process::abort();
                 }
-                State::Two { pass2: Some(p2), .. } => {
-                    let zl = if all_labeled { z.clone() } else { select_rows(&z, dim, &mask, true) };
-                    let rows = zl.len() / dim;
-                    let p = project(pcas.expect("pass two has pass-one projections"), &zl, rows, dim);
-                    p2.add_f64(&p, &y, rows, threads).map_err(data_err(&ch))?;
+                return Ok(());
+            }
+        };
+        let all_labeled = mask.iter().all(|&m| m);
+        match state {
+            State::One { labeled, unlabeled } => {
+                if all_labeled {
+                    labeled.add_with(z, &y, ch.rows, threads, gram).map_err(data_err(&ch))?;
+                } else {
+                    let zl = select_rows(z, dim, &mask, true);
+                    labeled.add_with(&zl, &y, zl.len() / dim, threads, gram).map_err(data_err(&ch))?;
+                    let zu = select_rows(z, dim, &mask, false);
+                    let u = unlabeled
+                        .as_mut()
+                        .ok_or_else(|| Error::Internal("unlabeled rows without unlabeled statistics".into()))?;
+                    u.add_with(&zu, &[], zu.len() / dim, threads, gram).map_err(data_err(&ch))?;
                 }
             }
-            chunks += 1;
-            bar.inc(ch.rows as u64);
-            Ok(())
-        })?;
-        done.push(wi);
-        if let Some(c) = ckpt.as_mut() {
-            c.since += chunks;
-            if c.every > 0 && c.since >= c.every {
-                c.write(state, done)?;
-                c.since = 0;
+            State::Two { pass1, pass2: None } => {
+                for (st, r) in pass1.iter_mut().zip(&ranges) {
+                    let block: Vec<f32> = z.chunks_exact(dim).flat_map(|row| row[r.clone()].iter().copied()).collect();
+                    st.add_with(&block, &[], ch.rows, threads, gram).map_err(data_err(&ch))?;
+                }
+            }
+            State::Two { pass2: Some(p2), .. } => {
+                let zl = if all_labeled { z.to_vec() } else { select_rows(z, dim, &mask, true) };
+                let rows = zl.len() / dim;
+                let p = project(
+                    pcas.ok_or_else(|| Error::Internal("pass two without pass-one projections".into()))?,
+                    &zl,
+                    rows,
+                    dim,
+                );
+                p2.add_f64(&p, &y, rows, threads).map_err(data_err(&ch))?;
             }
         }
-        let total = UNITS_DONE.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-        if abort.is_some_and(|n| total >= n) {
-            std::process::abort();
-        }
-    }
+        chunks += 1;
+        bar.inc(ch.rows as u64);
+        Ok(())
+    })?;
     bar.finish_and_clear();
     Ok(())
 }
@@ -715,7 +736,8 @@ fn accumulate(
 
 /// What the solve produced besides the weights: the rotated problem for validation.
 struct Solved {
-    problem: RotatedProblem,
+    ridge: Ridge,
+    path: SolvePath,
     labeled: crate::stats::Centered,
     projections: Vec<(ProjectionInfo, Projection)>,
     eigenvalues: Vec<f64>,
@@ -724,6 +746,62 @@ struct Solved {
     unlabeled_rows: u64,
     components: usize,
     components_requested: usize,
+}
+
+/// The solve path for this pipeline (math.md §13.7): the cheapest one that answers its
+/// question, or the one `ridge.solver` names when it can.
+fn solve_path(spec: &PipelineSpec, use_pca: bool, semi: bool) -> Result<SolvePath> {
+    let lambda = spec.lambda()?;
+    let fixed_positive = matches!(lambda, LambdaChoice::Fixed(l) if l > 0.0);
+    let zero = matches!(lambda, LambdaChoice::Fixed(l) if l == 0.0);
+    let direct = !use_pca && !semi;
+    let refuse = |why: &str| Err(Error::config(spec.source.as_str(), "ridge.solver", why.to_string()));
+    match spec.ridge.solver {
+        SolvePath::Auto if !direct || zero => Ok(SolvePath::Eigen),
+        SolvePath::Auto if fixed_positive => Ok(SolvePath::Cholesky),
+        SolvePath::Auto => Ok(SolvePath::Tridiagonal),
+        SolvePath::Eigen => Ok(SolvePath::Eigen),
+        SolvePath::Cholesky if !direct => {
+            refuse("\"cholesky\" solves ridge on all features; PCA and unlabeled rows need \"eigen\"")
+        }
+        SolvePath::Cholesky if !fixed_positive => refuse("\"cholesky\" needs a fixed ridge.lambda > 0"),
+        SolvePath::Tridiagonal if !direct => {
+            refuse("\"tridiagonal\" solves ridge on all features; PCA and unlabeled rows need \"eigen\"")
+        }
+        SolvePath::Tridiagonal if zero => refuse("λ = 0 is the pseudo-inverse, which needs \"eigen\""),
+        path => Ok(path),
+    }
+}
+
+/// Ridge on all features of `stats` by the Cholesky or the tridiagonal path, with the
+/// spectrum when the path yields one.
+fn direct_ridge(
+    spec: &PipelineSpec,
+    stats: &GramStats,
+    path: SolvePath,
+    say: &mut dyn FnMut(&str),
+) -> Result<(Ridge, Vec<f64>)> {
+    let threads = spec.threads();
+    match (path, spec.lambda()?) {
+        (SolvePath::Cholesky, LambdaChoice::Fixed(lambda)) => {
+            let (weights, bias) = crate::chol::ridge_fixed(stats, stats.gram.clone(), lambda, threads)?;
+            Ok((Ridge::Solved { weights, bias }, Vec::new()))
+        }
+        (SolvePath::Tridiagonal, _) => {
+            let form = crate::tridiag::Tridiagonal::new(stats, threads)?;
+            let max_g = stats.gram.diagonal().into_iter().fold(0.0, f64::max);
+            let lmax = form.sigma.first().copied().unwrap_or(0.0);
+            let tau = stats.dim() as f64 * f64::EPSILON * lmax.max(max_g);
+            let problem = form.problem(tau);
+            let ev = problem.sigma.clone();
+            let rank = ev.iter().filter(|&&v| v > tau).count();
+            if rank < ev.len() {
+                say(&format!("note: the covariance has numerical rank {rank} of {}", ev.len()));
+            }
+            Ok((Ridge::Tridiagonal { form: Box::new(form), problem }, ev))
+        }
+        (p, l) => Err(Error::Internal(format!("solve path {} chosen for λ {l:?}", p.name()))),
+    }
 }
 
 fn solve_state(
@@ -740,9 +818,28 @@ fn solve_state(
                     format!("{} labeled row(s); at least 2 are needed", labeled.n),
                 ));
             }
-            let cl = labeled.centered();
             let components = spec.components();
             let use_pca = components != Components::All;
+            let semi = unlabeled.as_ref().is_some_and(|u| u.n > 0);
+            let path = solve_path(spec, use_pca, semi)?;
+            if path != SolvePath::Eigen {
+                let (ridge, eigenvalues) = direct_ridge(spec, labeled, path, say)?;
+                let cl = labeled.moments();
+                let dim = cl.mean.len();
+                return Ok(Solved {
+                    ridge,
+                    path,
+                    rows: cl.n,
+                    labeled: cl,
+                    projections: Vec::new(),
+                    eigenvalues,
+                    pcas: None,
+                    unlabeled_rows: 0,
+                    components: dim,
+                    components_requested: dim,
+                });
+            }
+            let cl = labeled.centered();
             let (pca, ca, unl) = match unlabeled {
                 Some(u) if u.n > 0 => {
                     let mut all = labeled.without_targets();
@@ -767,7 +864,8 @@ fn solve_state(
                 Vec::new()
             };
             Ok(Solved {
-                problem,
+                ridge: Ridge::Eigen(problem),
+                path,
                 rows: cl.n,
                 labeled: cl,
                 projections,
@@ -787,9 +885,16 @@ fn solve_state(
                 ));
             }
             let pcas = pcas.ok_or_else(|| Error::Numerical("no pass-one projections".into()))?;
-            let cl = p2.centered();
-            let full = Pca::fit(&cl, Components::All)?;
-            let problem = RotatedProblem::new(&full, &cl, true, false)?;
+            let path = solve_path(spec, false, false)?;
+            let (ridge, cl, eigenvalues) = if path == SolvePath::Eigen {
+                let cl = p2.centered();
+                let full = Pca::fit(&cl, Components::All)?;
+                (Ridge::Eigen(RotatedProblem::new(&full, &cl, true, false)?), cl, full.eigenvalues)
+            } else {
+                let (ridge, ev) = direct_ridge(spec, p2, path, say)?;
+                (ridge, p2.moments(), ev)
+            };
+            let _ = eigenvalues;
             let projections = pcas
                 .iter()
                 .map(|p| {
@@ -801,7 +906,8 @@ fn solve_state(
                 .collect();
             let e: usize = pcas.iter().map(|p| p.e).sum();
             Ok(Solved {
-                problem,
+                ridge,
+                path,
                 rows: cl.n,
                 labeled: cl,
                 projections,
@@ -815,10 +921,9 @@ fn solve_state(
     }
 }
 
-/// Folds coefficients in the rotated basis into `W` (D × c) and `b`.
-fn fold(solved: &Solved, coef: &[f64], dim: usize) -> (Vec<f64>, Vec<f64>) {
-    let c = solved.problem.c;
-    let (wp, bp) = solved.problem.fold(coef, &solved.labeled);
+/// Folds the solved space's `(W_p, b_p)` into `W` (D × c) and `b` over the features.
+fn fold(solved: &Solved, wp: Vec<f64>, bp: Vec<f64>, dim: usize) -> (Vec<f64>, Vec<f64>) {
+    let c = solved.ridge.outputs();
     match &solved.pcas {
         None => (wp, bp),
         Some(pcas) => {
@@ -842,10 +947,9 @@ fn fold(solved: &Solved, coef: &[f64], dim: usize) -> (Vec<f64>, Vec<f64>) {
     }
 }
 
-/// Rotated features `q(x) = Bᵀ(φ(x) − mean)` of a chunk, where φ is `z` (one pass) or
-/// the projection `p` (two passes): the validation scores of every λ are linear in q.
-fn rotated(solved: &Solved, z: &[f32], rows: usize, dim: usize) -> Vec<f64> {
-    let k = solved.problem.k;
+/// The solved space's features `φ(x) − mean_L` of a chunk, where φ is `z` (one pass) or
+/// the projection (two passes): every λ's validation scores are linear in them.
+fn centred_features(solved: &Solved, z: &[f32], rows: usize, dim: usize) -> (Vec<f64>, usize) {
     let (phi, width): (Vec<f64>, usize) = match &solved.pcas {
         None => (z[..rows * dim].iter().map(|&v| f64::from(v)).collect(), dim),
         Some(p) => {
@@ -853,9 +957,9 @@ fn rotated(solved: &Solved, z: &[f32], rows: usize, dim: usize) -> Vec<f64> {
             (project(p, z, rows, dim), e)
         }
     };
-    let centred = ndarray::Array2::from_shape_fn((rows, width), |(r, i)| phi[r * width + i] - solved.labeled.mean[i]);
-    let b = ndarray::ArrayView2::from_shape((width, k), &solved.problem.basis).expect("basis shape");
-    centred.dot(&b).iter().copied().collect()
+    let mean = &solved.labeled.mean;
+    let centred = phi.chunks_exact(width.max(1)).flat_map(|r| r.iter().zip(mean).map(|(v, m)| v - m)).collect();
+    (centred, width)
 }
 
 fn validate(
@@ -866,22 +970,27 @@ fn validate(
     say: &mut dyn FnMut(&str),
 ) -> Result<(ValidationTable, Vec<f64>)> {
     let ds = Dataset::open(&spec.data.validation, ColumnsFor::labeled(spec))?;
-    let (_, grid) = solved.problem.grid();
-    let (c, k, dim) = (solved.problem.c, solved.problem.k, prep_pipeline.output_dim());
-    let p = &solved.problem;
+    let grid = solved.ridge.grid();
+    let (c, dim) = (solved.ridge.outputs(), prep_pipeline.output_dim());
     let ymean = &solved.labeled.ymean;
     let mut sq = vec![vec![0.0; c]; grid.len()];
     let mut right = vec![0u64; grid.len()];
     let mut rows = 0u64;
     let threads = spec.threads();
     let mut z = Vec::new();
-    // Coefficients per λ, `k × c` each.
-    let coefs: Vec<Vec<f64>> = grid.iter().map(|&l| p.coefficients(&vec![l; c])).collect();
+    // Every λ's weights side by side (`width × (grid · c)`), so one product per chunk
+    // scores the whole grid; the centred features need no intercept but ȳ.
+    let sets: Vec<Vec<f64>> = grid.iter().map(|&l| vec![l; c]).collect();
+    let per_lambda = solved.ridge.weights(&sets, &solved.labeled);
+    let width = per_lambda.first().map_or(0, |(w, _)| w.len() / c.max(1));
+    let cols = grid.len() * c;
+    let all_w = ndarray::Array2::from_shape_fn((width, cols), |(i, j)| per_lambda[j / c].0[i * c + j % c]);
+    drop(per_lambda);
     crate::pipeline::train::stream(&ds, &ds.units(), spec.run.chunk_rows, &mut |ch: Chunk| {
         check_nonnegative(prep_pipeline, &ch, &ds.features)?;
         z.resize(ch.rows * dim, 0.0);
         prep_pipeline.map_chunk(&ch.x, ch.rows, &mut z, threads);
-        let q = rotated(solved, &z, ch.rows, dim);
+        let (q, qw) = centred_features(solved, &z, ch.rows, dim);
         let (truth, y): (Vec<u32>, Vec<f64>) = match classes {
             Some(cl) => {
                 let loc = ch.location.clone().column(spec.data.label.clone().unwrap_or_default());
@@ -892,10 +1001,10 @@ fn validate(
             }
             None => (Vec::new(), ch.targets.clone()),
         };
-        let qv = ndarray::ArrayView2::from_shape((ch.rows, k), &q).expect("shape");
-        for (li, coef) in coefs.iter().enumerate() {
-            let cv = ndarray::ArrayView2::from_shape((k, c), coef).expect("shape");
-            let f = qv.dot(&cv);
+        let qv = ndarray::ArrayView2::from_shape((ch.rows, qw), &q).expect("chunk features match the solved width");
+        let f_all = qv.dot(&all_w);
+        for li in 0..grid.len() {
+            let f = f_all.slice(ndarray::s![.., li * c..(li + 1) * c]);
             for r in 0..ch.rows {
                 for j in 0..c {
                     sq[li][j] += (f[(r, j)] + ymean[j] - y[r * c + j]).powi(2);
@@ -978,29 +1087,39 @@ fn finish(
     let start = std::time::Instant::now();
     let solved = solve_state(spec, state, pcas, say)?;
     let dim = pipeline.output_dim();
-    let use_validation = !spec.data.validation.is_empty() && !matches!(spec.lambda()?, LambdaChoice::Fixed(_));
-    let mut fit = solved.problem.solve(&solved.labeled, &spec.lambda()?);
+    let lambda = spec.lambda()?;
+    let use_validation = !spec.data.validation.is_empty() && !matches!(lambda, LambdaChoice::Fixed(_));
+    let c = solved.ridge.outputs();
+    let gcv = solved.ridge.gcv(&solved.labeled);
+    let mut lambdas = match (&lambda, &gcv) {
+        (LambdaChoice::Gcv { per_output: true }, Some(g)) => g.chosen_per_output.iter().map(|&i| g.grid[i]).collect(),
+        (LambdaChoice::Gcv { .. }, Some(g)) => vec![g.grid[g.chosen_shared]; c],
+        (LambdaChoice::Fixed(l), _) => vec![*l; c],
+        (LambdaChoice::Gcv { .. }, None) => {
+            return Err(Error::Internal("GCV asked of a path without a spectrum".into()))
+        }
+    };
     let mut validation = None;
     if use_validation {
         let (table, chosen) = validate(spec, &pipeline, classes.as_ref(), &solved, say)?;
-        fit.lambdas = chosen;
+        lambdas = chosen;
         validation = Some(table);
-    } else if let Some(g) = &fit.gcv {
+    } else if let Some(g) = &gcv {
         let i = g.chosen_shared;
         say(&format!(
             "ridge: λ = {} by GCV (grid {:.3e} … {:.3e}, GCV {:.6e}, df {:.1})",
-            lambda_text(&fit.lambdas),
+            lambda_text(&lambdas),
             g.grid[0],
             g.grid[g.grid.len() - 1],
             g.shared[i],
             g.df[i]
         ));
     } else {
-        say(&format!("ridge: λ = {:.4e} (fixed)", fit.lambdas[0]));
+        say(&format!("ridge: λ = {:.4e} (fixed)", lambdas[0]));
     }
-    let coef = solved.problem.coefficients(&fit.lambdas);
-    let (weights, bias) = fold(&solved, &coef, dim);
-    say(&format!("solve: {:.1} s", start.elapsed().as_secs_f64()));
+    let (wp, bp) = solved.ridge.weights(std::slice::from_ref(&lambdas), &solved.labeled).remove(0);
+    let (weights, bias) = fold(&solved, wp, bp, dim);
+    say(&format!("solve: {:.1} s ({} path)", start.elapsed().as_secs_f64(), solved.path.name()));
     let (format, version, written_by) = header_base();
     let (infos, projs): (Vec<ProjectionInfo>, Vec<Projection>) = solved.projections.iter().cloned().unzip();
     let mean = match state {
@@ -1019,11 +1138,11 @@ fn finish(
         stages,
         seed: spec.run.seed,
         dim,
-        outputs: solved.problem.c,
+        outputs: c,
         components: solved.components,
         components_requested: solved.components_requested,
-        lambdas: fit.lambdas.clone(),
-        gcv: fit.gcv.clone(),
+        lambdas: lambdas.clone(),
+        gcv,
         rows: solved.rows,
         pipeline: serde_json::to_value(spec).unwrap_or(serde_json::Value::Null),
         checksum: String::new(),

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::sketch::StageSpec;
-use crate::solve::{Components, LambdaChoice};
+use crate::solve::{Components, LambdaChoice, SolvePath};
 use crate::source::{ColumnSpec, FeatureColumns};
 
 /// Classification or regression.
@@ -104,6 +104,9 @@ pub struct RidgeSpec {
     /// Validation metric: `"accuracy"` (classification default) or `"rmse"`.
     #[serde(default)]
     pub metric: Option<Metric>,
+    /// Solve path: `"auto"` (default), `"eigen"`, `"cholesky"` or `"tridiagonal"`.
+    #[serde(default)]
+    pub solver: SolvePath,
 }
 
 /// How validation scores a λ.
@@ -122,7 +125,7 @@ fn default_lambda() -> LambdaValue {
 
 impl Default for RidgeSpec {
     fn default() -> Self {
-        RidgeSpec { lambda: default_lambda(), per_output: false, metric: None }
+        RidgeSpec { lambda: default_lambda(), per_output: false, metric: None, solver: SolvePath::Auto }
     }
 }
 
@@ -165,6 +168,9 @@ pub struct RunSpec {
     /// Checkpoint file (default: the model path with `.ckpt` appended).
     #[serde(default)]
     pub checkpoint: Option<PathBuf>,
+    /// Precision of the Gram products: `"f64"` (default) or `"f32"`.
+    #[serde(default)]
+    pub gram: crate::stats::Precision,
 }
 
 fn default_checkpoint_every() -> usize {
@@ -192,6 +198,7 @@ impl Default for RunSpec {
             memory_limit_mib: 0,
             checkpoint_every: default_checkpoint_every(),
             checkpoint: None,
+            gram: crate::stats::Precision::F64,
         }
     }
 }

@@ -42,6 +42,94 @@ pub fn stream(
     })
 }
 
+/// What [`stream_mapped`] hands the consumer, in input order.
+pub enum Mapped<'a, M> {
+    /// A chunk of the unit tagged `tag`, its mapped features and what `map` returned.
+    Chunk {
+        /// The tag the unit was given.
+        tag: usize,
+        /// The chunk as read.
+        chunk: Chunk,
+        /// Its features, `rows × D`.
+        features: &'a [f32],
+        /// The rest of `map`'s answer.
+        extra: M,
+    },
+    /// Every chunk of the unit tagged `tag` has been handed over.
+    UnitDone(usize),
+}
+
+/// The mapping stage of [`stream_mapped`]: unit tag, chunk, buffer to fill.
+pub type MapFn<'a, M> = dyn Fn(usize, &Chunk, &mut Vec<f32>) -> Result<M> + Sync + 'a;
+
+/// [`stream`] over many units with a mapping stage on its own thread: `map` turns chunk
+/// k + 1 into its features while `consume` folds chunk k into the statistics, across row
+/// groups and files, so neither waits for the other at a boundary. `map` fills a recycled
+/// buffer (two at most are alive: memory stays at two chunks' features).
+pub fn stream_mapped<M: Send>(
+    units: &[(&Dataset, Unit, usize)],
+    chunk_rows: usize,
+    map: &MapFn<'_, M>,
+    consume: &mut dyn FnMut(Mapped<'_, M>) -> Result<()>,
+) -> Result<()> {
+    enum Read {
+        Chunk(usize, Chunk),
+        Done(usize),
+    }
+    enum Out<M> {
+        Chunk(usize, Box<Chunk>, Vec<f32>, M),
+        Done(usize),
+    }
+    let (tx, rx) = crossbeam_channel::bounded::<Result<Read>>(1);
+    let (mtx, mrx) = crossbeam_channel::bounded::<Result<Out<M>>>(1);
+    let (btx, brx) = crossbeam_channel::bounded::<Vec<f32>>(2);
+    for _ in 0..2 {
+        let _ = btx.send(Vec::new());
+    }
+    std::thread::scope(|scope| {
+        scope.spawn(move || {
+            for &(ds, unit, tag) in units {
+                let mut send =
+                    |c: Chunk| tx.send(Ok(Read::Chunk(tag, c))).map_err(|_| Error::Internal("consumer stopped".into()));
+                if let Err(e) = ds.read_unit(unit, chunk_rows, &mut send) {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+                if tx.send(Ok(Read::Done(tag))).is_err() {
+                    return;
+                }
+            }
+        });
+        scope.spawn(move || {
+            for item in rx.iter() {
+                let out = match item {
+                    Ok(Read::Chunk(tag, ch)) => {
+                        let Ok(mut buf) = brx.recv() else { return };
+                        map(tag, &ch, &mut buf).map(|m| Out::Chunk(tag, Box::new(ch), buf, m))
+                    }
+                    Ok(Read::Done(tag)) => Ok(Out::Done(tag)),
+                    Err(e) => Err(e),
+                };
+                let failed = out.is_err();
+                if mtx.send(out).is_err() || failed {
+                    return;
+                }
+            }
+        });
+        for item in mrx.iter() {
+            match item? {
+                Out::Chunk(tag, chunk, buf, extra) => {
+                    consume(Mapped::Chunk { tag, chunk: *chunk, features: &buf, extra })?;
+                    // The mapper may have stopped already; a closed channel is no error here.
+                    let _ = btx.send(buf);
+                }
+                Out::Done(tag) => consume(Mapped::UnitDone(tag))?,
+            }
+        }
+        Ok(())
+    })
+}
+
 /// A uniform sample of at most `n` rows of width `d` (Algorithm R) from rows offered
 /// one at a time, driven by its own seeded stream.
 pub struct Reservoir {

@@ -1,0 +1,246 @@
+//! Ridge at one fixed λ by a tiled Cholesky factorisation (math.md §13.7, the cheapest
+//! solve path): `C + λI = LLᵀ` on the tiled lower triangle the statistics already hold,
+//! then two triangular solves for all `c` right-hand sides at once.
+//!
+//! The factorisation is right-looking over `TILE × TILE` tiles: factor the diagonal
+//! tile, solve the panel below it, and update the trailing triangle by one GEMM per tile.
+//! Each tile's arithmetic is one sequential faer call whatever the thread count, so the
+//! result is bit-identical for any number of threads. No dense `D × D` matrix is formed;
+//! the factor overwrites the matrix it is given (the caller decides whether that is the
+//! statistics themselves or a copy).
+
+use faer::linalg::matmul::matmul;
+use faer::linalg::triangular_solve::{solve_lower_triangular_in_place, solve_upper_triangular_in_place};
+use faer::reborrow::{Reborrow, ReborrowMut};
+use faer::{Accum, Mat, MatMut, MatRef, Par};
+
+use crate::error::{Error, Result};
+use crate::stats::{tile_len, GramStats, TriGram, TILE};
+
+/// `(I, J)` of the tile stored at each position, in storage order.
+fn tile_index(nt: usize) -> Vec<(usize, usize)> {
+    (0..nt).flat_map(|i| (0..=i).map(move |j| (i, j))).collect()
+}
+
+fn pos(i: usize, j: usize) -> usize {
+    i * (i + 1) / 2 + j
+}
+
+/// Factors `a` in place into its lower Cholesky factor (tile storage unchanged; the
+/// strict upper part of each diagonal tile is left as it was and never read). Fails with
+/// the index of the first pivot that is not positive.
+pub fn factor_in_place(a: &mut TriGram, min_pivot: f64, threads: usize) -> std::result::Result<(), usize> {
+    let dim = a.dim();
+    let nt = dim.div_ceil(TILE);
+    let index = tile_index(nt);
+    let mut tiles: Vec<&mut [f64]> = a.tiles_mut().into_iter().map(|(_, _, t)| t).collect();
+    let threads = threads.max(1);
+    for k in 0..nt {
+        let hk = tile_len(dim, k);
+        factor_tile(&mut tiles[pos(k, k)][..], hk, min_pivot).map_err(|p| k * TILE + p)?;
+        // Disjoint borrows of the storage: the factored diagonal tile (shared) and the
+        // panel below it (each tile mutable, so every solve can run on its own thread).
+        {
+            let (head, tail) = tiles.split_at_mut(pos(k, k) + 1);
+            let diag = MatRef::from_row_major_slice(&*head[pos(k, k)], hk, hk);
+            let panel: Vec<(usize, &mut [f64])> = index[pos(k, k) + 1..]
+                .iter()
+                .zip(tail.iter_mut())
+                .filter(|((_, j), _)| *j == k)
+                .map(|(&(i, _), t)| (i, &mut **t))
+                .collect();
+            parallel(panel, threads, |(i, t)| {
+                // L_ik L_kkᵀ = A_ik  ⇔  L_kk L_ikᵀ = A_ikᵀ.
+                let ta = MatMut::from_row_major_slice_mut(t, tile_len(dim, i), hk).transpose_mut();
+                solve_lower_triangular_in_place(diag, ta, Par::Seq);
+            });
+        }
+        // The panel (shared) and the trailing triangle (each tile mutable).
+        let mut panel: Vec<&[f64]> = vec![&[]; nt];
+        let mut rest: Vec<(usize, usize, &mut [f64])> = Vec::new();
+        for (&(i, j), t) in index.iter().zip(tiles.iter_mut()) {
+            if j == k && i > k {
+                panel[i] = &**t;
+            } else if j > k {
+                rest.push((i, j, &mut **t));
+            }
+        }
+        let lk = |i: usize| MatRef::from_row_major_slice(panel[i], tile_len(dim, i), hk);
+        parallel(rest, threads, |(i, j, t)| {
+            let c = MatMut::from_row_major_slice_mut(t, tile_len(dim, i), tile_len(dim, j));
+            matmul(c, Accum::Add, lk(i), lk(j).transpose(), -1.0, Par::Seq);
+        });
+    }
+    Ok(())
+}
+
+/// Cholesky of one row-major `n × n` diagonal tile in place (lower part), or the first
+/// pivot below `min_pivot`. In exact arithmetic every pivot of `C + λI` is at least λ, so
+/// a pivot below λ/2 means rounding has swamped the regularisation.
+fn factor_tile(a: &mut [f64], n: usize, min_pivot: f64) -> std::result::Result<(), usize> {
+    for j in 0..n {
+        let rj = &mut a[j * n..(j + 1) * n];
+        let d = rj[j] - rj[..j].iter().map(|v| v * v).sum::<f64>();
+        if d <= min_pivot || !d.is_finite() {
+            return Err(j);
+        }
+        let d = d.sqrt();
+        rj[j] = d;
+        for i in j + 1..n {
+            let (upper, lower) = a.split_at_mut(i * n);
+            let rj = &upper[j * n..j * n + j];
+            let ri = &mut lower[..n];
+            let s = ri[j] - ri[..j].iter().zip(rj).map(|(x, y)| x * y).sum::<f64>();
+            ri[j] = s / d;
+        }
+    }
+    Ok(())
+}
+
+/// Runs `f` on every item over `threads` scoped threads, items interleaved so each gets
+/// a similar share; each item is processed by exactly one call.
+fn parallel<T: Send>(items: Vec<T>, threads: usize, f: impl Fn(T) + Sync) {
+    if threads <= 1 || items.len() <= 1 {
+        items.into_iter().for_each(f);
+        return;
+    }
+    let mut groups: Vec<Vec<T>> = (0..threads).map(|_| Vec::new()).collect();
+    for (k, t) in items.into_iter().enumerate() {
+        groups[k % threads].push(t);
+    }
+    std::thread::scope(|scope| {
+        for g in groups {
+            let f = &f;
+            scope.spawn(move || g.into_iter().for_each(f));
+        }
+    });
+}
+
+/// Solves `LLᵀ X = B` in place for the factor `l` and a column-major `D × c` right side.
+pub fn solve_in_place(l: &TriGram, b: &mut Mat<f64>) {
+    let dim = l.dim();
+    let nt = dim.div_ceil(TILE);
+    let tiles: Vec<&[f64]> = l.tiles().into_iter().map(|(_, _, t)| t).collect();
+    let tile = |i: usize, j: usize| MatRef::from_row_major_slice(tiles[pos(i, j)], tile_len(dim, i), tile_len(dim, j));
+    let start = |i: usize| i * TILE;
+    for i in 0..nt {
+        let hi = tile_len(dim, i);
+        for j in 0..i {
+            let (top, mut bottom) = b.as_mut().split_at_row_mut(start(i));
+            let yj = top.rb().subrows(start(j), tile_len(dim, j));
+            matmul(bottom.rb_mut().subrows_mut(0, hi), Accum::Add, tile(i, j), yj, -1.0, Par::Seq);
+        }
+        solve_lower_triangular_in_place(tile(i, i), b.as_mut().subrows_mut(start(i), hi), Par::Seq);
+    }
+    for i in (0..nt).rev() {
+        let hi = tile_len(dim, i);
+        for j in i + 1..nt {
+            let (mut top, bottom) = b.as_mut().split_at_row_mut(start(j));
+            let xj = bottom.rb().subrows(0, tile_len(dim, j));
+            matmul(top.rb_mut().subrows_mut(start(i), hi), Accum::Add, tile(j, i).transpose(), xj, -1.0, Par::Seq);
+        }
+        solve_upper_triangular_in_place(tile(i, i).transpose(), b.as_mut().subrows_mut(start(i), hi), Par::Seq);
+    }
+}
+
+/// Ridge weights at one λ > 0 for every output: the centred `C + λI` (intercept
+/// unpenalised) factored in `work`, which the call consumes (pass the statistics' own
+/// Gram to factor in place, or a copy to keep them). Returns `W` (row-major `D × c`) and
+/// `b`, folded as `f(z) = Wᵀz + b`.
+pub fn ridge_fixed(stats: &GramStats, mut work: TriGram, lambda: f64, threads: usize) -> Result<(Vec<f64>, Vec<f64>)> {
+    let (dim, c) = (stats.dim(), stats.c);
+    let n = stats.n as f64;
+    if n > 0.0 {
+        // C = G − s sᵀ / n.
+        work.add_sym_rank2(&stats.s, &stats.s, -0.5 / n);
+    }
+    work.add_diagonal(lambda);
+    factor_in_place(&mut work, 0.5 * lambda, threads).map_err(|pivot| Error::NotPositiveDefinite {
+        lambda,
+        pivot,
+        hint: "raise ridge.lambda (or use lambda = \"gcv\"); features that are constant or exact copies of each other make C singular"
+            .into(),
+    })?;
+    let inv = if n > 0.0 { 1.0 / n } else { 0.0 };
+    let mut rhs = Mat::<f64>::from_fn(dim, c, |i, k| stats.t[i * c + k] - stats.s[i] * stats.u[k] * inv);
+    solve_in_place(&work, &mut rhs);
+    let weights: Vec<f64> = (0..dim).flat_map(|i| (0..c).map(move |k| (i, k))).map(|(i, k)| rhs[(i, k)]).collect();
+    let bias = (0..c)
+        .map(|k| {
+            let ymean = stats.u[k] * inv;
+            ymean - (0..dim).map(|i| weights[i * c + k] * (stats.shift[i] + stats.s[i] * inv)).sum::<f64>()
+        })
+        .collect();
+    Ok((weights, bias))
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::solve::{Components, Pca, RotatedProblem};
+
+    /// Statistics of correlated rows with a spectral spread, shifted away from 0.
+    pub(crate) fn stats(rows: usize, dim: usize, c: usize, seed: u64) -> GramStats {
+        let mut r = crate::rng::StageRng::new(seed, 1);
+        let mix: Vec<f64> = (0..dim * 8).map(|_| r.uniform() - 0.5).collect();
+        let mut z = Vec::with_capacity(rows * dim);
+        let mut y = Vec::with_capacity(rows * c);
+        for _ in 0..rows {
+            let f: Vec<f64> = (0..8).map(|_| r.uniform() - 0.5).collect();
+            for i in 0..dim {
+                let low: f64 = (0..8).map(|k| mix[i * 8 + k] * f[k]).sum();
+                z.push((3.0 + low + 0.1 * (r.uniform() - 0.5)) as f32);
+            }
+            for k in 0..c {
+                y.push(f[k % 8] + 0.05 * (r.uniform() - 0.5));
+            }
+        }
+        let mut st = GramStats::new(vec![2.5; dim], c);
+        st.add(&z, &y, rows, 2).unwrap();
+        st
+    }
+
+    fn rel(a: &[f64], b: &[f64]) -> f64 {
+        let scale = b.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        a.iter().zip(b).fold(0.0f64, |m, (x, y)| m.max((x - y).abs())) / scale
+    }
+
+    #[test]
+    fn tiled_cholesky_ridge_equals_the_dense_eigen_path_for_any_thread_count() {
+        // D = 2·TILE + 37: three tile rows, a partial last tile.
+        let (dim, c) = (2 * TILE + 37, 3);
+        let st = stats(900, dim, c, 4);
+        let lambda = 0.05;
+        let cl = st.centered();
+        let pca = Pca::fit(&cl, Components::All).unwrap();
+        let p = RotatedProblem::new(&pca, &cl, true, false).unwrap();
+        let (want_w, want_b) = p.fold(&p.coefficients(&[lambda; 3]), &cl);
+        let (w1, b1) = ridge_fixed(&st, st.gram.clone(), lambda, 1).unwrap();
+        let (w3, b3) = ridge_fixed(&st, st.gram.clone(), lambda, 3).unwrap();
+        assert!(rel(&w1, &want_w) < 1e-8, "weights differ by {}", rel(&w1, &want_w));
+        assert!(rel(&b1, &want_b) < 1e-8, "bias differs by {}", rel(&b1, &want_b));
+        assert_eq!((w1, b1), (w3, b3), "thread count changed the factor");
+    }
+
+    #[test]
+    fn an_indefinite_matrix_is_refused_with_its_lambda_never_solved() {
+        let mut g = TriGram::from_raw(2, vec![1.0, 2.0, 2.0, 1.0]).unwrap();
+        assert_eq!(factor_in_place(&mut g, 0.0, 1), Err(1));
+        // Statistics whose Gram is indefinite (a damaged or foreign file) at a small λ.
+        let mut st = GramStats::new(vec![0.0; 2], 1);
+        st.n = 4;
+        st.gram = TriGram::from_raw(2, vec![1.0, 2.0, 2.0, 1.0]).unwrap();
+        match ridge_fixed(&st, st.gram.clone(), 0.1, 1) {
+            Err(Error::NotPositiveDefinite { lambda, pivot, .. }) => assert_eq!((lambda, pivot), (0.1, 1)),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_pivot_swamped_by_rounding_is_refused() {
+        // [[1, 1], [1, 1 + 1e-20]] + λI with λ = 1e-30: the second pivot is λ + 1e-20 in
+        // exact arithmetic but rounds to 0, below λ/2.
+        let mut g = TriGram::from_raw(2, vec![1.0 + 1e-30, 1.0, 1.0, 1.0 + 1e-30]).unwrap();
+        assert_eq!(factor_in_place(&mut g, 0.5e-30, 1), Err(1));
+    }
+}
