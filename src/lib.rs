@@ -15,6 +15,7 @@ pub mod sketch;
 pub mod solve;
 pub mod source;
 pub mod stats;
+pub mod subspace;
 pub mod tridiag;
 
 pub use error::{Error, Result};

@@ -74,6 +74,9 @@ pub struct ModelHeader {
     /// The PCA projections: feature ranges and components (what `transform` outputs).
     #[serde(default)]
     pub projections: Vec<ProjectionInfo>,
+    /// The ridge solve path that ran (`eigen`, `cholesky`, `tridiagonal`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub solver: Option<String>,
 }
 
 fn one() -> u32 {
@@ -106,6 +109,13 @@ pub struct ProjectionInfo {
     pub end: usize,
     /// Components `E`.
     pub components: usize,
+    /// Subspace iteration's worst residual `‖Cu − θu‖ / θ_max` over the kept pairs
+    /// (absent for the dense decomposition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub residual: Option<f64>,
+    /// `tr C`, the block's total variance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variance_total: Option<f64>,
 }
 
 /// A projection's arrays.

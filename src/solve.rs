@@ -51,6 +51,11 @@ pub struct Pca {
     all_vectors: Vec<f64>,
     /// Warnings (rank below E, non-unique subspace).
     pub warnings: Vec<String>,
+    /// Per kept pair, `‖Cu − θu‖ / θ_max` when the pairs came from subspace iteration
+    /// (empty for the dense decomposition, exact to rounding).
+    pub residuals: Vec<f64>,
+    /// `tr C` (the total variance), whichever path ran.
+    pub trace: f64,
 }
 
 /// Eigendecomposition of a symmetric row-major `n × n` matrix: eigenvalues descending
@@ -128,7 +133,55 @@ impl Pca {
             }
         }
         let basis = (0..dim).flat_map(|i| vectors[i * dim..i * dim + e_eff].to_vec()).collect();
-        Ok(Pca { eigenvalues: values, tau, e_eff, e_requested, basis, all_vectors: vectors, warnings })
+        let trace = values.iter().sum();
+        Ok(Pca {
+            eigenvalues: values,
+            tau,
+            e_eff,
+            e_requested,
+            basis,
+            all_vectors: vectors,
+            warnings,
+            residuals: Vec::new(),
+            trace,
+        })
+    }
+
+    /// The top `e` components by subspace iteration on the tiled Gram (no dense
+    /// `D × D`); `eigenvalues` then holds only those `e`. Pairs whose residual stays
+    /// above `tol` after `max_iter` iterations are reported in `warnings`.
+    pub fn fit_top(stats: &crate::stats::GramStats, e: usize, tol: f64, seed: u64, threads: usize) -> Result<Pca> {
+        let dim = stats.dim();
+        let top = crate::subspace::top_eigen(stats, e, tol, 500, seed, threads)?;
+        let values: Vec<f64> = top.values.iter().map(|v| v.max(0.0)).collect();
+        let lmax = values.first().copied().unwrap_or(0.0);
+        let max_g = stats.gram.diagonal().into_iter().fold(0.0, f64::max);
+        let tau = dim as f64 * f64::EPSILON * lmax.max(max_g);
+        let rank = values.iter().filter(|&&v| v > tau).count();
+        let e_eff = rank.min(e);
+        let mut warnings = Vec::new();
+        if e_eff < e {
+            warnings.push(format!("the covariance has numerical rank {rank}: keeping {e_eff} components, not {e}"));
+        }
+        let worst = top.residuals.iter().copied().fold(0.0, f64::max);
+        if worst > tol {
+            warnings.push(format!(
+                "subspace iteration stopped after {} iterations with a residual of {worst:.2e} (tolerance {tol:.0e})",
+                top.iterations
+            ));
+        }
+        let basis = (0..dim).flat_map(|i| top.vectors[i * e..i * e + e_eff].to_vec()).collect();
+        Ok(Pca {
+            eigenvalues: values,
+            tau,
+            e_eff,
+            e_requested: e,
+            basis,
+            all_vectors: Vec::new(),
+            warnings,
+            residuals: top.residuals[..e_eff].to_vec(),
+            trace: top.trace,
+        })
     }
 }
 

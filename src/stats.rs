@@ -263,6 +263,14 @@ pub(crate) fn tile_range(dim: usize, i: usize) -> std::ops::Range<usize> {
     i * TILE..(i * TILE + TILE).min(dim)
 }
 
+static GEMM_NANOS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Seconds this process has spent in the Gram's tile products (wall time of the
+/// multi-threaded update), for the pass's time split.
+pub fn gemm_seconds() -> f64 {
+    GEMM_NANOS.load(std::sync::atomic::Ordering::Relaxed) as f64 * 1e-9
+}
+
 /// The precision of the Gram products (`run.gram`). Sums are f64 either way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -366,7 +374,7 @@ impl GramStats {
         self.add_rows(z, y, rows, threads, precision)
     }
 
-    fn add_rows<T: Copy + Into<f64>>(
+    fn add_rows<T: Copy + Into<f64> + Sync>(
         &mut self,
         z: &[T],
         y: &[f64],
@@ -385,44 +393,76 @@ impl GramStats {
         }
         let mut zc = vec![0.0f64; ROW_BLOCK.min(rows) * dim];
         let mut z32 = if precision == Precision::F32 { vec![0.0f32; ROW_BLOCK.min(rows) * dim] } else { Vec::new() };
+        let threads = threads.max(1);
         for start in (0..rows).step_by(ROW_BLOCK) {
             let nb = ROW_BLOCK.min(rows - start);
             let zb = &mut zc[..nb * dim];
-            for (dst, src) in zb.chunks_exact_mut(dim).zip(z[start * dim..(start + nb) * dim].chunks_exact(dim)) {
-                for ((d, &v), &m) in dst.iter_mut().zip(src).zip(&self.shift) {
-                    *d = v.into() - m;
+            let src = &z[start * dim..(start + nb) * dim];
+            let shift = &self.shift;
+            // Widening and shifting: rows split over threads (no arithmetic is shared).
+            let per = nb.div_ceil(threads).max(1);
+            let widen = |dst: &mut [f64], src: &[T], d32: &mut [f32]| {
+                for (drow, srow) in dst.chunks_exact_mut(dim).zip(src.chunks_exact(dim)) {
+                    for ((d, &v), &m) in drow.iter_mut().zip(srow).zip(shift) {
+                        *d = v.into() - m;
+                    }
                 }
-            }
-            if precision == Precision::F32 {
-                // s and T see the same rounded values as the f32 Gram.
-                for (a, b) in z32.iter_mut().zip(zb.iter_mut()) {
+                // s and T see the same rounded values as an f32 Gram.
+                for (a, b) in d32.iter_mut().zip(dst.iter_mut()) {
                     *a = *b as f32;
                     *b = f64::from(*a);
                 }
-            }
-            for row in zb.chunks_exact(dim) {
-                self.s.iter_mut().zip(row).for_each(|(a, b)| *a += b);
-            }
-            if c > 0 {
-                let yb = &y[start * c..(start + nb) * c];
-                for (row, yr) in zb.chunks_exact(dim).zip(yb.chunks_exact(c)) {
-                    for (k, &yk) in yr.iter().enumerate() {
-                        self.u[k] += yk;
-                        self.v[k] += yk * yk;
-                    }
-                    for (i, &zi) in row.iter().enumerate() {
-                        let t = &mut self.t[i * c..(i + 1) * c];
-                        t.iter_mut().zip(yr).for_each(|(a, &b)| *a += zi * b);
-                    }
+            };
+            let z32b: &mut [f32] = if precision == Precision::F32 { &mut z32[..nb * dim] } else { &mut [] };
+            std::thread::scope(|scope| {
+                let mut d32 = z32b.chunks_mut(if precision == Precision::F32 { per * dim } else { usize::MAX });
+                for (dst, srcb) in zb.chunks_mut(per * dim).zip(src.chunks(per * dim)) {
+                    let d = d32.next().unwrap_or(&mut []);
+                    scope.spawn(move || widen(dst, srcb, d));
+                }
+            });
+            // s and T: columns split over threads, each summed over rows in row order,
+            // so the sums are the same for any thread count.
+            let zb = &zc[..nb * dim];
+            let yb = &y[start * c..(start + nb) * c];
+            let cols = dim.div_ceil(threads).max(1);
+            std::thread::scope(|scope| {
+                let t_parts: Vec<&mut [f64]> = if c > 0 { self.t.chunks_mut(cols * c).collect() } else { Vec::new() };
+                let mut t_iter = t_parts.into_iter();
+                for (k, sp) in self.s.chunks_mut(cols).enumerate() {
+                    let tp = t_iter.next();
+                    let lo = k * cols;
+                    scope.spawn(move || {
+                        let w = sp.len();
+                        for row in zb.chunks_exact(dim) {
+                            sp.iter_mut().zip(&row[lo..lo + w]).for_each(|(a, b)| *a += b);
+                        }
+                        if let Some(tp) = tp {
+                            for (row, yr) in zb.chunks_exact(dim).zip(yb.chunks_exact(c)) {
+                                for (i, &zi) in row[lo..lo + w].iter().enumerate() {
+                                    let t = &mut tp[i * c..(i + 1) * c];
+                                    t.iter_mut().zip(yr).for_each(|(a, &b)| *a += zi * b);
+                                }
+                            }
+                        }
+                    });
+                }
+            });
+            for yr in yb.chunks_exact(c.max(1)).take(if c > 0 { nb } else { 0 }) {
+                for (k, &yk) in yr.iter().enumerate() {
+                    self.u[k] += yk;
+                    self.v[k] += yk * yk;
                 }
             }
+            let t = std::time::Instant::now();
             match precision {
                 Precision::F64 => {
-                    let view = ArrayView2::from_shape((nb, dim), &*zb).expect("block shape matches");
+                    let view = ArrayView2::from_shape((nb, dim), zb).expect("block shape matches");
                     self.gram.syrk(view, threads);
                 }
                 Precision::F32 => self.gram.syrk_f32(&z32[..nb * dim], nb, threads),
             }
+            GEMM_NANOS.fetch_add(t.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
         }
         self.n += rows as u64;
         Ok(())
@@ -585,6 +625,43 @@ mod tests {
         let cw = whole.centered();
         assert!(max_rel(&ca.cov, &cw.cov) < 1e-10);
         assert!(max_rel(&ca.czy, &cw.czy) < 1e-10);
+    }
+
+    #[test]
+    fn f32_gram_stays_within_the_rounding_bound_of_one_block() {
+        // Three full blocks and a partial one, D over two tiles. Each f32 block product
+        // of k ≤ ROW_BLOCK terms errs by at most γ_k Σ|z_ri z_rj| (γ_k ≈ k·u, u = 2⁻²⁴),
+        // the rounding of z − μ to f32 adds 2u, and the blocks are summed in f64: so the
+        // bound is per entry, relative to Σ|z_ri z_rj| over all rows, not growing with them.
+        let (rows, dim) = (3 * ROW_BLOCK + 17, TILE + 9);
+        let (z, y) = data(rows, dim, 2);
+        let mu = vec![100.0; dim];
+        let mut exact = GramStats::new(mu.clone(), 2);
+        exact.add(&z, &y, rows, 2).unwrap();
+        let mut fast = GramStats::new(mu.clone(), 2);
+        fast.add_with(&z, &y, rows, 2, Precision::F32).unwrap();
+        let u = f64::from(f32::EPSILON) / 2.0;
+        let gamma = (ROW_BLOCK as f64 + 2.0) * u;
+        let mut abs = vec![0.0; dim * dim];
+        for r in 0..rows {
+            for i in 0..dim {
+                let zi = (f64::from(z[r * dim + i]) - mu[i]).abs();
+                for j in 0..=i {
+                    abs[i * dim + j] += zi * (f64::from(z[r * dim + j]) - mu[j]).abs();
+                }
+            }
+        }
+        let mut worst = 0.0f64;
+        for i in 0..dim {
+            for j in 0..=i {
+                let err = (fast.gram.get_lower(i, j) - exact.gram.get_lower(i, j)).abs();
+                assert!(err <= gamma * abs[i * dim + j], "entry ({i}, {j}): {err:e} > {:e}", gamma * abs[i * dim + j]);
+                worst = worst.max(err / abs[i * dim + j]);
+            }
+        }
+        // Not exact either: the option really multiplies in f32.
+        assert!(worst > 0.0);
+        assert_eq!(fast.n, exact.n);
     }
 
     #[test]

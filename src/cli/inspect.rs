@@ -75,8 +75,20 @@ pub fn run(a: Args) -> Result<()> {
         crate::pipeline::train::lambda_text(&h.lambdas),
         if h.gcv.is_some() { " (GCV)" } else { " (fixed)" }
     );
+    if let Some(path) = &h.solver {
+        s += &format!("solve path: {path}\n");
+    }
+    for (i, info) in h.projections.iter().enumerate() {
+        if let Some(r) = info.residual {
+            s += &format!(
+                "pca {i}: {} components by subspace iteration, worst residual ‖Cu − θu‖/θ_max = {r:.2e}\n",
+                info.components
+            );
+        }
+    }
     let ev = &model.eigenvalues;
-    let total: f64 = ev.iter().sum();
+    // With iterative PCA only the top E are known; the share is of the true total.
+    let total: f64 = h.projections.first().and_then(|p| p.variance_total).unwrap_or_else(|| ev.iter().sum());
     if total > 0.0 {
         let share = |k: usize| ev[..k.min(ev.len())].iter().sum::<f64>() / total;
         s += &format!(

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Location, Result};
 use crate::model::{header_base, Model, ModelHeader, Projection, ProjectionInfo, ValidationTable};
-use crate::pipeline::spec::{Metric, PipelineSpec, ShiftMode, Task};
+use crate::pipeline::spec::{Metric, PcaMethod, PipelineSpec, ShiftMode, Task};
 use crate::pipeline::train::{
     check_nonnegative, encode_targets, lambda_text, progress, sample_mean, Mapped, Reservoir,
 };
@@ -268,7 +268,7 @@ fn stage_ranges(pipeline: &FeaturePipeline) -> Vec<std::ops::Range<usize>> {
 fn check_memory(spec: &PipelineSpec, prep: &Prepared, say: &mut dyn FnMut(&str)) -> Result<()> {
     let (d, dim, c) = (prep.labeled.dim(), prep.pipeline.output_dim(), prep.c);
     let chunk = spec.run.chunk_rows;
-    let stats = if spec.passes == 2 {
+    let (stats, solve_dim, path) = if spec.passes == 2 {
         let ranges = stage_ranges(&prep.pipeline);
         let e: usize = ranges
             .iter()
@@ -278,34 +278,64 @@ fn check_memory(spec: &PipelineSpec, prep: &Prepared, say: &mut dyn FnMut(&str))
                 _ => r.len(),
             })
             .sum();
-        ranges.iter().map(|r| GramStats::bytes_for(r.len(), 0)).sum::<u64>() + GramStats::bytes_for(e, c)
+        let stats = ranges.iter().map(|r| GramStats::bytes_for(r.len(), 0)).sum::<u64>() + GramStats::bytes_for(e, c);
+        (stats, e, solve_path(spec, false, false)?)
     } else {
-        GramStats::bytes_for(dim, c) * if prep.semi { 2 } else { 1 }
+        let stats = GramStats::bytes_for(dim, c) * if prep.semi { 2 } else { 1 };
+        (stats, dim, solve_path(spec, spec.components() != Components::All, prep.semi)?)
     };
-    let buffers = (4 * chunk * (d * 4 + dim)) as u64 + GramStats::scratch_bytes(dim);
-    let solve = 3 * 8 * (dim * dim) as u64;
-    let needed = stats + buffers + solve;
+    // Two chunks' features are alive at once (one mapped while the other is added).
+    let buffers = (4 * chunk * (d * 4 + 2 * dim)) as u64 + GramStats::scratch_bytes(dim);
+    let limit = memory_limit(spec);
+    let solve = solve_bytes(path, solve_dim, c);
+    let in_place = path == SolvePath::Cholesky && limit.is_some_and(|l| stats + buffers + solve > l);
+    let needed = stats + buffers + if in_place { 0 } else { solve };
     say(&format!(
-        "memory: statistics {} (D = {dim}, {} pass(es){}), chunk buffers {}, solve {}; {} rows × d = {d} in {} file(s)",
+        "memory: statistics {} (D = {dim}, {} pass(es){}), chunk buffers {}, solve {} ({} path{}); {} rows × d = {d} in {} file(s)",
         mib(stats),
         spec.passes,
         if prep.semi { ", labeled and unlabeled" } else { "" },
         mib(buffers),
-        mib(solve),
+        mib(if in_place { 0 } else { solve }),
+        path.name(),
+        if in_place { ", in place on the statistics, which are checkpointed first" } else { "" },
         prep.labeled.total_rows() + prep.unlabeled.as_ref().map_or(0, Dataset::total_rows),
         prep.labeled.files.len() + prep.unlabeled.as_ref().map_or(0, |u| u.files.len()),
     ));
-    let limit = if spec.run.memory_limit_mib > 0 { Some(spec.run.memory_limit_mib << 20) } else { available_memory() };
     if let Some(limit) = limit {
         if needed > limit {
-            return Err(Error::Memory {
-                needed,
-                limit,
-                hint: "lower the stages' dim (the Gram grows as D²) or raise run.memory_limit_mib".into(),
-            });
+            let hint = match path {
+                SolvePath::Eigen => "lower the stages' dim (the Gram grows as D²), raise run.memory_limit_mib, or drop PCA: the dense eigendecomposition needs 3·D² doubles where a fixed λ (Cholesky) needs none beyond the statistics",
+                SolvePath::Tridiagonal => "lower the stages' dim, raise run.memory_limit_mib, or fix ridge.lambda: GCV needs one dense D × D matrix, a fixed λ solves in place",
+                _ => "lower the stages' dim (the Gram grows as D²) or raise run.memory_limit_mib",
+            };
+            return Err(Error::Memory { needed, limit, hint: hint.into() });
         }
     }
     Ok(())
+}
+
+/// The memory limit in force: `run.memory_limit_mib`, or what the machine has available.
+fn memory_limit(spec: &PipelineSpec) -> Option<u64> {
+    if spec.run.memory_limit_mib > 0 {
+        Some(spec.run.memory_limit_mib << 20)
+    } else {
+        available_memory()
+    }
+}
+
+/// Bytes a solve path allocates beyond the statistics for `D` features and `c` outputs.
+fn solve_bytes(path: SolvePath, dim: usize, c: usize) -> u64 {
+    match path {
+        SolvePath::Cholesky => 8 * (crate::stats::TriGram::len_for(dim) + 2 * dim * c) as u64,
+        SolvePath::Tridiagonal => crate::tridiag::bytes_for(dim, c),
+        SolvePath::Eigen | SolvePath::Auto => 3 * 8 * (dim * dim) as u64,
+    }
+}
+
+/// Whether the Cholesky path must factor the statistics' own Gram: a copy would not fit.
+fn solve_in_place(spec: &PipelineSpec, stats: &GramStats) -> bool {
+    memory_limit(spec).is_some_and(|l| solve_bytes(SolvePath::Cholesky, stats.dim(), stats.c) > l)
 }
 
 /// The running statistics of a training run.
@@ -428,6 +458,8 @@ struct StagePca {
     basis: Vec<f64>,
     e: usize,
     eigenvalues: Vec<f64>,
+    residual: Option<f64>,
+    trace: f64,
 }
 
 fn fit_stage_pcas(
@@ -441,20 +473,49 @@ fn fit_stage_pcas(
         .zip(ranges)
         .enumerate()
         .map(|(i, (st, r))| {
-            let cen = st.centered();
-            let pca = Pca::fit(&cen, spec.stage_components(i))?;
+            let (pca, cen) = fit_pca(spec, st, spec.stage_components(i))?;
             for w in &pca.warnings {
                 say(&format!("warning: stage {i}: {w}"));
             }
+            let residual = worst_residual(&pca);
             Ok(StagePca {
                 range: r.clone(),
                 mean: cen.mean,
                 basis: pca.basis,
                 e: pca.e_eff,
+                residual,
+                trace: pca.trace,
                 eigenvalues: pca.eigenvalues,
             })
         })
         .collect()
+}
+
+/// The worst residual of an iterative PCA's kept pairs (none for the dense one).
+fn worst_residual(pca: &Pca) -> Option<f64> {
+    (!pca.residuals.is_empty()).then(|| pca.residuals.iter().copied().fold(0.0, f64::max))
+}
+
+/// PCA of `stats` by the method the pipeline asks: block subspace iteration on the
+/// tiled Gram for `E ≪ D` (no dense `D × D`), the dense decomposition otherwise. Returns
+/// the centred quantities too (with the dense covariance only when it was formed).
+fn fit_pca(spec: &PipelineSpec, stats: &GramStats, components: Components) -> Result<(Pca, crate::stats::Centered)> {
+    let dim = stats.dim();
+    let top = match (spec.pca.method, components) {
+        (PcaMethod::Subspace, Components::Fixed(e)) => Some(e),
+        (PcaMethod::Auto, Components::Fixed(e)) if e.saturating_mul(4) <= dim => Some(e),
+        _ => None,
+    };
+    match top {
+        Some(e) => {
+            let tol = spec.pca.tolerance.unwrap_or(1e-6);
+            Ok((Pca::fit_top(stats, e, tol, spec.run.seed, spec.threads())?, stats.moments()))
+        }
+        None => {
+            let c = stats.centered();
+            Ok((Pca::fit(&c, components)?, c))
+        }
+    }
 }
 
 /// `p(x) = [Ū_iᵀ(z_i − z̄_i)]_i` for a chunk of features (`rows × ΣE_i`, f64).
@@ -580,7 +641,7 @@ fn run_pass(
     pcas: Option<&[StagePca]>,
     ckpt: &mut Option<Checkpointer>,
     show: bool,
-) -> Result<()> {
+) -> Result<String> {
     let threads = spec.threads();
     let gram = spec.run.gram;
     let dim = prep.pipeline.output_dim();
@@ -605,7 +666,8 @@ fn run_pass(
         targets(prep, spec, ch, w.unlabeled)
     };
     let mut chunks = 0;
-    crate::pipeline::train::stream_mapped(&units, spec.run.chunk_rows, &map, &mut |item| {
+    let gemm_before = crate::stats::gemm_seconds();
+    let times = crate::pipeline::train::stream_mapped(&units, spec.run.chunk_rows, &map, &mut |item| {
         let (ch, z, (mask, y)) = match item {
             Mapped::Chunk { chunk, features, extra, .. } => (chunk, features, extra),
             Mapped::UnitDone(wi) => {
@@ -662,8 +724,19 @@ fn run_pass(
         bar.inc(ch.rows as u64);
         Ok(())
     })?;
+    let gemm = crate::stats::gemm_seconds() - gemm_before;
+    let t = times;
+    let split = format!(
+        "pass {} split: decode {:.1} s and map {:.1} s (their own threads); fold {:.1} s = Gram GEMM {gemm:.1} s + widening, sums and T {:.1} s; fold waited {:.1} s for input",
+        state.pass(),
+        t.decode,
+        t.map,
+        t.fold,
+        (t.fold - gemm).max(0.0),
+        t.wait
+    );
     bar.finish_and_clear();
-    Ok(())
+    Ok(split)
 }
 
 impl Dataset {
@@ -702,7 +775,8 @@ fn accumulate(
     });
     let start = std::time::Instant::now();
     if state.pass() == 1 {
-        run_pass(spec, prep, &mut state, units, &mut done, None, &mut ckpt, opts.progress)?;
+        let split = run_pass(spec, prep, &mut state, units, &mut done, None, &mut ckpt, opts.progress)?;
+        say(&split);
     }
     let rows = |s: &State| match s {
         State::One { labeled, unlabeled } => labeled.n + unlabeled.as_ref().map_or(0, |u| u.n),
@@ -724,7 +798,8 @@ fn accumulate(
             }
         }
         let start = std::time::Instant::now();
-        run_pass(spec, prep, &mut state, units, &mut done, Some(&fitted), &mut ckpt, opts.progress)?;
+        let split = run_pass(spec, prep, &mut state, units, &mut done, Some(&fitted), &mut ckpt, opts.progress)?;
+        say(&split);
         let secs = start.elapsed().as_secs_f64();
         if let State::Two { pass2: Some(p2), .. } = &state {
             say(&format!("pass 2: {} labeled rows in {secs:.1} s ({:.0} rows/s)", p2.n, p2.n as f64 / secs.max(1e-9)));
@@ -777,14 +852,20 @@ fn solve_path(spec: &PipelineSpec, use_pca: bool, semi: bool) -> Result<SolvePat
 /// spectrum when the path yields one.
 fn direct_ridge(
     spec: &PipelineSpec,
-    stats: &GramStats,
+    stats: &mut GramStats,
     path: SolvePath,
     say: &mut dyn FnMut(&str),
 ) -> Result<(Ridge, Vec<f64>)> {
     let threads = spec.threads();
     match (path, spec.lambda()?) {
         (SolvePath::Cholesky, LambdaChoice::Fixed(lambda)) => {
-            let (weights, bias) = crate::chol::ridge_fixed(stats, stats.gram.clone(), lambda, threads)?;
+            let work = if solve_in_place(spec, stats) {
+                say("solve: factoring in place on the statistics (a copy of the Gram would not fit)");
+                std::mem::replace(&mut stats.gram, crate::stats::TriGram::zeros(0))
+            } else {
+                stats.gram.clone()
+            };
+            let (weights, bias) = crate::chol::ridge_fixed(stats, work, lambda, threads)?;
             Ok((Ridge::Solved { weights, bias }, Vec::new()))
         }
         (SolvePath::Tridiagonal, _) => {
@@ -806,7 +887,7 @@ fn direct_ridge(
 
 fn solve_state(
     spec: &PipelineSpec,
-    state: &State,
+    state: &mut State,
     pcas: Option<Vec<StagePca>>,
     say: &mut dyn FnMut(&str),
 ) -> Result<Solved> {
@@ -823,8 +904,8 @@ fn solve_state(
             let semi = unlabeled.as_ref().is_some_and(|u| u.n > 0);
             let path = solve_path(spec, use_pca, semi)?;
             if path != SolvePath::Eigen {
-                let (ridge, eigenvalues) = direct_ridge(spec, labeled, path, say)?;
                 let cl = labeled.moments();
+                let (ridge, eigenvalues) = direct_ridge(spec, labeled, path, say)?;
                 let dim = cl.mean.len();
                 return Ok(Solved {
                     ridge,
@@ -839,16 +920,23 @@ fn solve_state(
                     components_requested: dim,
                 });
             }
-            let cl = labeled.centered();
-            let (pca, ca, unl) = match unlabeled {
+            let (pca, cl, ca, unl) = match unlabeled {
                 Some(u) if u.n > 0 => {
                     let mut all = labeled.without_targets();
                     all.merge(u);
-                    let ca = all.centered();
-                    (Pca::fit(&ca, components)?, Some(ca), u.n)
+                    let (pca, ca) = fit_pca(spec, &all, components)?;
+                    // S = Ūᵀ C_L Ū needs the labeled covariance itself.
+                    (pca, labeled.centered(), Some(ca), u.n)
                 }
-                _ => (Pca::fit(&cl, components)?, None, 0),
+                _ => {
+                    let (pca, cl) = fit_pca(spec, labeled, components)?;
+                    (pca, cl, None, 0)
+                }
             };
+            if !pca.residuals.is_empty() {
+                let worst = pca.residuals.iter().copied().fold(0.0, f64::max);
+                say(&format!("pca: top {} pairs by subspace iteration, worst residual {worst:.2e}", pca.e_eff));
+            }
             for w in &pca.warnings {
                 say(&format!("warning: {w}"));
             }
@@ -857,7 +945,13 @@ fn solve_state(
             let dim = cl.mean.len();
             let projections = if use_pca {
                 vec![(
-                    ProjectionInfo { start: 0, end: dim, components: pca.e_eff },
+                    ProjectionInfo {
+                        start: 0,
+                        end: dim,
+                        components: pca.e_eff,
+                        residual: worst_residual(&pca),
+                        variance_total: Some(pca.trace),
+                    },
                     Projection { mean: mean_a, basis: pca.basis.clone(), eigenvalues: pca.eigenvalues.clone() },
                 )]
             } else {
@@ -877,7 +971,7 @@ fn solve_state(
             })
         }
         State::Two { pass1, pass2 } => {
-            let p2 = pass2.as_ref().ok_or_else(|| Error::Numerical("pass two did not run".into()))?;
+            let p2 = pass2.as_mut().ok_or_else(|| Error::Internal("pass two did not run".into()))?;
             if p2.n < 2 {
                 return Err(Error::data(
                     Location::default(),
@@ -886,20 +980,25 @@ fn solve_state(
             }
             let pcas = pcas.ok_or_else(|| Error::Numerical("no pass-one projections".into()))?;
             let path = solve_path(spec, false, false)?;
-            let (ridge, cl, eigenvalues) = if path == SolvePath::Eigen {
+            let (ridge, cl) = if path == SolvePath::Eigen {
                 let cl = p2.centered();
                 let full = Pca::fit(&cl, Components::All)?;
-                (Ridge::Eigen(RotatedProblem::new(&full, &cl, true, false)?), cl, full.eigenvalues)
+                (Ridge::Eigen(RotatedProblem::new(&full, &cl, true, false)?), cl)
             } else {
-                let (ridge, ev) = direct_ridge(spec, p2, path, say)?;
-                (ridge, p2.moments(), ev)
+                let moments = p2.moments();
+                (direct_ridge(spec, p2, path, say)?.0, moments)
             };
-            let _ = eigenvalues;
             let projections = pcas
                 .iter()
                 .map(|p| {
                     (
-                        ProjectionInfo { start: p.range.start, end: p.range.end, components: p.e },
+                        ProjectionInfo {
+                            start: p.range.start,
+                            end: p.range.end,
+                            components: p.e,
+                            residual: p.residual,
+                            variance_total: Some(p.trace),
+                        },
                         Projection { mean: p.mean.clone(), basis: p.basis.clone(), eigenvalues: p.eigenvalues.clone() },
                     )
                 })
@@ -1080,7 +1179,7 @@ fn finish(
     stages: Vec<StageSpec>,
     classes: Option<Classes>,
     features: ResolvedFeatures,
-    state: &State,
+    state: &mut State,
     pcas: Option<Vec<StagePca>>,
     say: &mut dyn FnMut(&str),
 ) -> Result<Model> {
@@ -1124,7 +1223,7 @@ fn finish(
     let (infos, projs): (Vec<ProjectionInfo>, Vec<Projection>) = solved.projections.iter().cloned().unzip();
     let mean = match state {
         State::One { .. } => solved.labeled.mean.clone(),
-        State::Two { pass1, .. } => pass1.iter().flat_map(|s| s.centered().mean).collect(),
+        State::Two { pass1, .. } => pass1.iter().flat_map(|s| s.moments().mean).collect(),
     };
     let header = ModelHeader {
         format,
@@ -1150,6 +1249,7 @@ fn finish(
         unlabeled_rows: solved.unlabeled_rows,
         validation,
         projections: infos,
+        solver: Some(solved.path.name().to_string()),
     };
     Ok(Model { header, pipeline, weights, bias, mean, eigenvalues: solved.eigenvalues, projections: projs })
 }
@@ -1159,9 +1259,25 @@ fn finish(
 pub fn train(spec: &PipelineSpec, opts: &RunOptions, say: &mut dyn FnMut(&str)) -> Result<Model> {
     let prep = prepare(spec, say)?;
     let units: Vec<usize> = (0..prep.work.len()).collect();
-    let (state, pcas) = accumulate(spec, &prep, &units, opts, say)?;
+    let (mut state, pcas) = accumulate(spec, &prep, &units, opts, say)?;
+    if let Some(path) = &opts.checkpoint {
+        // An in-place factorisation consumes the Gram: keep the pass on disk first, so a
+        // failed or refused solve costs no pass (`--resume` solves again from it).
+        let last = match &state {
+            State::One { labeled, unlabeled: None } => Some(labeled),
+            State::Two { pass2: Some(p2), .. } => Some(p2),
+            _ => None,
+        };
+        if last.is_some_and(|st| {
+            solve_path(spec, false, false).ok() == Some(SolvePath::Cholesky) && solve_in_place(spec, st)
+        }) {
+            let c = Checkpointer { path, every: 0, since: 0, fingerprint: &prep.fingerprint };
+            c.write(&state, &units)?;
+            say(&format!("statistics written to {} before the in-place solve", path.display()));
+        }
+    }
     let Prepared { pipeline, stages, classes, labeled, .. } = prep;
-    finish(spec, pipeline, stages, classes, labeled.features, &state, pcas, say)
+    finish(spec, pipeline, stages, classes, labeled.features, &mut state, pcas, say)
 }
 
 /// A shard's manifest, stored in its statistics file.
@@ -1396,14 +1512,14 @@ pub fn solve_parts(
             }
             let State::Two { pass2, .. } = state else { unreachable!("pass-two parts hold two-pass state") };
             let pcas = fit_stage_pcas(spec, &p1, &stage_ranges(&pipeline), say)?;
-            let state = State::Two { pass1: p1, pass2 };
+            let mut state = State::Two { pass1: p1, pass2 };
             finish(
                 spec,
                 pipeline,
                 first.stages.clone(),
                 first.classes.clone(),
                 first.features.clone(),
-                &state,
+                &mut state,
                 Some(pcas),
                 say,
             )
@@ -1415,7 +1531,7 @@ pub fn solve_parts(
             first.stages.clone(),
             first.classes.clone(),
             first.features.clone(),
-            &state,
+            &mut state,
             None,
             say,
         )

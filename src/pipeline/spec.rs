@@ -79,6 +79,27 @@ pub struct PcaSpec {
     /// (default: `components` or `variance` for every stage).
     #[serde(default)]
     pub per_stage: Vec<usize>,
+    /// How the components are found: `"auto"` (default: subspace iteration on the tiled
+    /// Gram when `components ≤ D/4`, the dense decomposition otherwise), `"dense"` or
+    /// `"subspace"`.
+    #[serde(default)]
+    pub method: PcaMethod,
+    /// Subspace iteration's residual tolerance `‖Cu − θu‖ / θ_max` (default 1e-6).
+    #[serde(default)]
+    pub tolerance: Option<f64>,
+}
+
+/// `pca.method`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PcaMethod {
+    /// Subspace iteration when `E ≤ D/4`, dense otherwise.
+    #[default]
+    Auto,
+    /// The dense eigendecomposition.
+    Dense,
+    /// Block subspace iteration on the tiled Gram.
+    Subspace,
 }
 
 /// λ as written: a number or `"gcv"`.
@@ -346,6 +367,18 @@ impl PipelineSpec {
                 return Err(Error::config(f, "pca.variance", format!("must be in (0, 1], got {v}")));
             }
             _ => {}
+        }
+        if self.pca.method == PcaMethod::Subspace && self.pca.variance.is_some() {
+            return Err(Error::config(
+                f,
+                "pca.method",
+                "\"subspace\" finds a fixed number of components; a variance share needs the whole spectrum (\"dense\")",
+            ));
+        }
+        if let Some(t) = self.pca.tolerance {
+            if !(t > 0.0 && t < 1.0) {
+                return Err(Error::config(f, "pca.tolerance", format!("must be in (0, 1), got {t}")));
+            }
         }
         self.lambda()?;
         if !self.pca.per_stage.is_empty() {

@@ -59,6 +59,21 @@ pub enum Mapped<'a, M> {
     UnitDone(usize),
 }
 
+/// Where a [`stream_mapped`] pass spent its time, in seconds. Reading and mapping run on
+/// their own threads, so `decode + map` can overlap `fold`; `wait` is the time the
+/// folding thread sat idle for want of a mapped chunk.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StreamTimes {
+    /// Parquet decode and the row-major copy (the reader thread, blocked sends excluded).
+    pub decode: f64,
+    /// Normalisation, mapping and target decoding (the mapper thread).
+    pub map: f64,
+    /// Folding into the statistics (the calling thread).
+    pub fold: f64,
+    /// The calling thread waiting for input.
+    pub wait: f64,
+}
+
 /// The mapping stage of [`stream_mapped`]: unit tag, chunk, buffer to fill.
 pub type MapFn<'a, M> = dyn Fn(usize, &Chunk, &mut Vec<f32>) -> Result<M> + Sync + 'a;
 
@@ -71,7 +86,7 @@ pub fn stream_mapped<M: Send>(
     chunk_rows: usize,
     map: &MapFn<'_, M>,
     consume: &mut dyn FnMut(Mapped<'_, M>) -> Result<()>,
-) -> Result<()> {
+) -> Result<StreamTimes> {
     enum Read {
         Chunk(usize, Chunk),
         Done(usize),
@@ -86,37 +101,52 @@ pub fn stream_mapped<M: Send>(
     for _ in 0..2 {
         let _ = btx.send(Vec::new());
     }
+    use std::time::Instant;
     std::thread::scope(|scope| {
-        scope.spawn(move || {
+        let reader = scope.spawn(move || {
+            let (start, mut blocked) = (Instant::now(), 0.0);
             for &(ds, unit, tag) in units {
-                let mut send =
-                    |c: Chunk| tx.send(Ok(Read::Chunk(tag, c))).map_err(|_| Error::Internal("consumer stopped".into()));
+                let mut send = |c: Chunk| {
+                    let t = Instant::now();
+                    let r = tx.send(Ok(Read::Chunk(tag, c))).map_err(|_| Error::Internal("consumer stopped".into()));
+                    blocked += t.elapsed().as_secs_f64();
+                    r
+                };
                 if let Err(e) = ds.read_unit(unit, chunk_rows, &mut send) {
                     let _ = tx.send(Err(e));
-                    return;
+                    break;
                 }
                 if tx.send(Ok(Read::Done(tag))).is_err() {
-                    return;
+                    break;
                 }
             }
+            start.elapsed().as_secs_f64() - blocked
         });
-        scope.spawn(move || {
+        let mapper = scope.spawn(move || {
+            let mut busy = 0.0;
             for item in rx.iter() {
+                let t = Instant::now();
                 let out = match item {
                     Ok(Read::Chunk(tag, ch)) => {
-                        let Ok(mut buf) = brx.recv() else { return };
+                        let Ok(mut buf) = brx.recv() else { break };
                         map(tag, &ch, &mut buf).map(|m| Out::Chunk(tag, Box::new(ch), buf, m))
                     }
                     Ok(Read::Done(tag)) => Ok(Out::Done(tag)),
                     Err(e) => Err(e),
                 };
+                busy += t.elapsed().as_secs_f64();
                 let failed = out.is_err();
                 if mtx.send(out).is_err() || failed {
-                    return;
+                    break;
                 }
             }
+            busy
         });
+        let mut times = StreamTimes::default();
+        let mut waited = Instant::now();
         for item in mrx.iter() {
+            times.wait += waited.elapsed().as_secs_f64();
+            let t = Instant::now();
             match item? {
                 Out::Chunk(tag, chunk, buf, extra) => {
                     consume(Mapped::Chunk { tag, chunk: *chunk, features: &buf, extra })?;
@@ -125,8 +155,12 @@ pub fn stream_mapped<M: Send>(
                 }
                 Out::Done(tag) => consume(Mapped::UnitDone(tag))?,
             }
+            times.fold += t.elapsed().as_secs_f64();
+            waited = Instant::now();
         }
-        Ok(())
+        times.decode = reader.join().unwrap_or(0.0);
+        times.map = mapper.join().unwrap_or(0.0);
+        Ok(times)
     })
 }
 
