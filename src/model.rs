@@ -291,6 +291,7 @@ impl Model {
 
     /// Loads and checks a model file.
     pub fn load(path: &Path) -> Result<Model> {
+        crate::atomic::register_input(path);
         let bytes = std::fs::read(path).map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
                 Error::BadModel { path: path.into(), message: "model file not found".into() }

@@ -235,6 +235,7 @@ fn open_file(path: &Path) -> Result<InputFile> {
             Error::io(path, e)
         }
     })?;
+    crate::atomic::register_input(path);
     let meta = ArrowReaderMetadata::load(&file, ArrowReaderOptions::new())
         .map_err(|source| Error::Parquet { location: Location::file(path), source })?;
     Ok(InputFile { path: path.to_path_buf(), meta })

@@ -335,3 +335,39 @@ fn negative_values_for_chi2_stages() {
     std::fs::write(&p, text).unwrap();
     train_fails(&dir, &p, &["t.parquet", "row group 2", "row 4", "column 'b'", "negative"]);
 }
+
+#[test]
+fn outputs_never_replace_inputs_by_name_link_or_glob() {
+    let dir = TempDir::new("clobber");
+    write_parquet(&dir.path("t.parquet"), good_columns(60), 20);
+    write_parquet(&dir.path("te.parquet"), good_columns(30), 20);
+    let p = pipeline(&dir, &["t*.parquet"], "features = [\"a\", \"b\"]", "[pca]\ncomponents = 4");
+    let model = dir.path("m.sfm");
+    let ok = sketchfit(&["train", &p, "-o", model.to_str().unwrap(), "--quiet"]);
+    assert_eq!(ok.status.code(), Some(0), "{}", stderr(&ok));
+    std::os::unix::fs::symlink(dir.path("t.parquet"), dir.path("alias.parquet")).unwrap();
+    std::fs::hard_link(dir.path("te.parquet"), dir.path("hard.parquet")).unwrap();
+    let snapshot = |d: &TempDir| -> Vec<(String, Vec<u8>)> {
+        d.files().into_iter().map(|f| (f.clone(), std::fs::read(d.path(&f)).unwrap())).collect()
+    };
+    let before = snapshot(&dir);
+    let s = |f: &str| dir.path(f).to_string_lossy().into_owned();
+    let cases: Vec<Vec<String>> = vec![
+        // The glob t*.parquet matches both files: either is an input.
+        vec!["train".into(), p.clone(), "-o".into(), s("te.parquet"), "--quiet".into()],
+        vec!["train".into(), p.clone(), "-o".into(), s("alias.parquet"), "--quiet".into()],
+        vec!["train".into(), p.clone(), "-o".into(), s("hard.parquet"), "--quiet".into()],
+        vec!["predict".into(), s("m.sfm"), "-i".into(), s("te.parquet"), "-o".into(), s("te.parquet")],
+        vec!["predict".into(), s("m.sfm"), "-i".into(), s("te.parquet"), "-o".into(), s("m.sfm")],
+        vec!["predict".into(), s("m.sfm"), "-i".into(), s("hard.parquet"), "-o".into(), s("te.parquet")],
+        vec!["transform".into(), s("m.sfm"), "-i".into(), s("t.parquet"), "-o".into(), s("alias.parquet")],
+    ];
+    for args in &cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = sketchfit(&args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("never replaces an input"), "{args:?}: {err}");
+        assert_eq!(snapshot(&dir), before, "{args:?} changed a file");
+    }
+}

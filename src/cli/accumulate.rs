@@ -47,6 +47,7 @@ pub fn run(a: Args) -> Result<()> {
         progress: !a.quiet,
         checkpoint: (spec.run.checkpoint_every > 0).then(|| checkpoint.clone()),
         resume: a.resume,
+        output: Some(a.output.clone()),
     };
     let quiet = a.quiet;
     accumulate_shard(&spec, shard, &a.output, &opts, a.pass1.as_deref(), &mut |l| {

@@ -41,7 +41,17 @@ pub fn run(a: Args) -> Result<()> {
             p.into()
         })
     });
-    let opts = RunOptions { progress: !quiet, checkpoint: checkpoint.clone(), resume: a.resume };
+    // Test files are read after training: register them now so that an output onto
+    // one of them is refused before the pass, not after it.
+    for t in crate::source::expand_paths(&spec.data.test).unwrap_or_default() {
+        crate::atomic::register_input(&t);
+    }
+    let opts = RunOptions {
+        progress: !quiet,
+        checkpoint: checkpoint.clone(),
+        resume: a.resume,
+        output: Some(a.output.clone()),
+    };
     let model = crate::pipeline::run::train(&spec, &opts, &mut |line| {
         if !quiet {
             eprintln!("{line}");

@@ -37,6 +37,8 @@ pub struct RunOptions {
     pub checkpoint: Option<PathBuf>,
     /// Resume from the checkpoint.
     pub resume: bool,
+    /// Where the result will be written, checked before the pass (none: not checked).
+    pub output: Option<PathBuf>,
 }
 
 /// A row group of the labeled (`unlabeled = false`) or unlabeled inputs.
@@ -267,7 +269,7 @@ fn stage_ranges(pipeline: &FeaturePipeline) -> Vec<std::ops::Range<usize>> {
 
 fn check_memory(spec: &PipelineSpec, prep: &Prepared, say: &mut dyn FnMut(&str)) -> Result<()> {
     let (d, dim, c) = (prep.labeled.dim(), prep.pipeline.output_dim(), prep.c);
-    let chunk = spec.run.chunk_rows;
+    let chunk = chunk_rows_for(spec, dim);
     let (stats, solve_dim, path) = if spec.passes == 2 {
         let ranges = stage_ranges(&prep.pipeline);
         let e: usize = ranges
@@ -313,6 +315,14 @@ fn check_memory(spec: &PipelineSpec, prep: &Prepared, say: &mut dyn FnMut(&str))
         }
     }
     Ok(())
+}
+
+/// Rows per chunk in the pass: `run.chunk_rows`, lowered so that one chunk's features
+/// stay within 128 MiB (two are alive at once): at large D the chunk buffers would
+/// otherwise rival the Gram.
+fn chunk_rows_for(spec: &PipelineSpec, dim: usize) -> usize {
+    let cap = (128usize << 20) / (4 * dim.max(1));
+    spec.run.chunk_rows.min(cap.max(256)).max(1)
 }
 
 /// The memory limit in force: `run.memory_limit_mib`, or what the machine has available.
@@ -667,7 +677,7 @@ fn run_pass(
     };
     let mut chunks = 0;
     let gemm_before = crate::stats::gemm_seconds();
-    let times = crate::pipeline::train::stream_mapped(&units, spec.run.chunk_rows, &map, &mut |item| {
+    let times = crate::pipeline::train::stream_mapped(&units, chunk_rows_for(spec, dim), &map, &mut |item| {
         let (ch, z, (mask, y)) = match item {
             Mapped::Chunk { chunk, features, extra, .. } => (chunk, features, extra),
             Mapped::UnitDone(wi) => {
@@ -1258,6 +1268,10 @@ fn finish(
 /// resume as asked), solve.
 pub fn train(spec: &PipelineSpec, opts: &RunOptions, say: &mut dyn FnMut(&str)) -> Result<Model> {
     let prep = prepare(spec, say)?;
+    // The inputs are open (and registered) now: refuse a bad output before the pass.
+    for out in opts.output.iter().chain(&opts.checkpoint) {
+        crate::atomic::check_output(out)?;
+    }
     let units: Vec<usize> = (0..prep.work.len()).collect();
     let (mut state, pcas) = accumulate(spec, &prep, &units, opts, say)?;
     if let Some(path) = &opts.checkpoint {
@@ -1322,6 +1336,7 @@ fn read_stats(path: &Path) -> Result<StatsFile> {
 /// The merged pass-one statistics of a sharded two-pass run.
 fn load_pass1(path: &Path, fingerprint: Option<&str>) -> Result<(Vec<GramStats>, PartMeta, String)> {
     let bad = |message: String| Error::BadModel { path: path.into(), message };
+    crate::atomic::register_input(path);
     let (blocks, meta, bytes) = read_stats(path)?;
     let meta: PartMeta =
         serde_json::from_value(meta).map_err(|e| bad(format!("not merged pass-one statistics: {e}")))?;
@@ -1362,6 +1377,9 @@ pub fn accumulate_shard(
         return Err(Error::config("command line", "--pass1", "only two-pass pipelines have a pass one"));
     }
     let prep = prepare(spec, say)?;
+    for out in std::iter::once(out).chain(opts.checkpoint.as_deref()) {
+        crate::atomic::check_output(out)?;
+    }
     let (i, n) = shard;
     let units: Vec<usize> = (0..prep.work.len()).filter(|u| u % n == i).collect();
     say(&format!("shard {i}/{n}: {} of {} row groups", units.len(), prep.work.len()));
@@ -1430,6 +1448,7 @@ pub fn solve_parts(
     let mut loaded: Vec<(PathBuf, PartMeta, State)> = Vec::new();
     for path in parts {
         let bad = |message: String| Error::BadModel { path: path.clone(), message };
+        crate::atomic::register_input(path);
         let (blocks, meta, _) = read_stats(path)?;
         let meta: PartMeta = serde_json::from_value(meta).map_err(|e| bad(format!("not a shard's statistics: {e}")))?;
         if meta.kind != "shard" {
@@ -1444,6 +1463,7 @@ pub fn solve_parts(
         };
         loaded.push((path.clone(), meta, state));
     }
+    crate::atomic::check_output(out)?;
     let first = loaded[0].1.clone();
     let mut seen_units = BTreeSet::new();
     let mut seen_shards = BTreeSet::new();
