@@ -17,7 +17,9 @@ use crate::solve::GcvCurve;
 use crate::source::{Classes, ResolvedFeatures};
 
 /// Model file format version; bumped on any incompatible change.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
+/// Version 1 checksummed the arrays only; it is still read.
+const OLDEST_READ: u32 = 1;
 const FORMAT_NAME: &str = "sketchfit-model";
 
 /// The JSON header of a model file.
@@ -52,6 +54,7 @@ pub struct ModelHeader {
     /// PCA components asked for.
     pub components_requested: usize,
     /// λ per output.
+    #[serde(with = "json_f64::vec")]
     pub lambdas: Vec<f64>,
     /// GCV curve.
     pub gcv: Option<GcvCurve>,
@@ -91,12 +94,16 @@ pub struct ValidationTable {
     /// Rows scored.
     pub rows: u64,
     /// The λ grid.
+    #[serde(with = "json_f64::vec")]
     pub grid: Vec<f64>,
     /// Shared score per λ (accuracy, or the mean RMSE over outputs).
+    #[serde(with = "json_f64::vec")]
     pub score: Vec<f64>,
     /// RMSE of each output's scores per λ (`grid × c`).
+    #[serde(with = "json_f64::vec2")]
     pub rmse_per_output: Vec<Vec<f64>>,
     /// The chosen λ per output.
+    #[serde(with = "json_f64::vec")]
     pub chosen: Vec<f64>,
 }
 
@@ -268,13 +275,12 @@ impl Model {
     /// The model file's bytes.
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         let arrays = self.arrays();
-        let mut hash = 0xcbf2_9ce4_8422_2325u64;
-        for (_, _, _, bytes) in &arrays {
-            fnv1a(&mut hash, bytes);
-        }
         let mut header = self.header.clone();
-        header.checksum = format!("{hash:016x}");
-        let json = serde_json::to_string(&header).map_err(|e| Error::Numerical(format!("model header: {e}")))?;
+        header.version = FORMAT_VERSION;
+        header.checksum = String::new();
+        let hash = header_checksum(&header, arrays.iter().map(|a| a.3.as_slice()))?;
+        header.checksum = hash;
+        let json = serde_json::to_string(&header).map_err(|e| Error::Internal(format!("model header: {e}")))?;
         let views = arrays
             .iter()
             .map(|(name, dtype, shape, bytes)| TensorView::new(*dtype, shape.clone(), bytes).map(|v| (name.clone(), v)))
@@ -284,9 +290,13 @@ impl Model {
         safetensors::serialize(views, Some(meta)).map_err(|e| Error::Numerical(format!("model file: {e}")))
     }
 
-    /// Saves atomically (temporary name, then rename).
+    /// Saves atomically (temporary name, then rename), after reading the bytes back: a
+    /// model that would not load is never written.
     pub fn save(&self, path: &Path) -> Result<()> {
-        crate::atomic::write_bytes(path, &self.to_bytes()?)
+        let bytes = self.to_bytes()?;
+        Model::from_bytes(&bytes)
+            .map_err(|m| Error::Internal(format!("the model just built does not load back: {m}")))?;
+        crate::atomic::write_bytes(path, &bytes)
     }
 
     /// Loads and checks a model file.
@@ -311,22 +321,33 @@ impl Model {
         if header.format != FORMAT_NAME {
             return Err(not_ours.into());
         }
-        if header.version != FORMAT_VERSION {
+        if !(OLDEST_READ..=FORMAT_VERSION).contains(&header.version) {
             return Err(format!(
-                "model format version {} is not supported by this sketchfit (reads version {FORMAT_VERSION})",
+                "model format version {} is not supported by this sketchfit (reads versions {OLDEST_READ} to {FORMAT_VERSION}); retrain with this sketchfit",
                 header.version
             ));
         }
         let st = SafeTensors::deserialize(bytes).map_err(|e| format!("damaged model file: {e}"))?;
         let mut names: Vec<String> = st.names().into_iter().map(String::from).collect();
         names.sort();
-        let mut hash = 0xcbf2_9ce4_8422_2325u64;
+        let mut datas = Vec::with_capacity(names.len());
         for n in &names {
-            let t = st.tensor(n).map_err(|e| e.to_string())?;
-            fnv1a(&mut hash, t.data());
+            datas.push(st.tensor(n).map_err(|e| e.to_string())?.data());
         }
-        if format!("{hash:016x}") != header.checksum {
-            return Err("checksum mismatch: the model file is damaged".into());
+        let want = if header.version >= 2 {
+            let mut bare = header.clone();
+            bare.checksum = String::new();
+            header_checksum(&bare, datas.iter().copied()).map_err(|e| e.to_string())?
+        } else {
+            let mut hash = 0xcbf2_9ce4_8422_2325u64;
+            datas.iter().for_each(|d| fnv1a(&mut hash, d));
+            format!("{hash:016x}")
+        };
+        if want != header.checksum {
+            return Err(
+                "checksum mismatch: the model file is damaged (its header or its arrays changed after it was written)"
+                    .into(),
+            );
         }
         let (dim, c, d) = (header.dim, header.outputs, header.features.dim);
         let get_f64 = |name: &str, len: usize| -> std::result::Result<Vec<f64>, String> {
@@ -385,4 +406,140 @@ impl Model {
 /// Builds a header (used by training).
 pub(crate) fn header_base() -> (String, u32, String) {
     (FORMAT_NAME.into(), FORMAT_VERSION, env!("CARGO_PKG_VERSION").into())
+}
+
+/// FNV-1a over the header as serialised with an empty checksum, then every array: a
+/// byte changed anywhere in the file fails the check.
+fn header_checksum<'a>(bare: &ModelHeader, arrays: impl IntoIterator<Item = &'a [u8]>) -> Result<String> {
+    let json = serde_json::to_string(bare).map_err(|e| Error::Internal(format!("model header: {e}")))?;
+    let mut hash = 0xcbf2_9ce4_8422_2325u64;
+    fnv1a(&mut hash, json.as_bytes());
+    for a in arrays {
+        fnv1a(&mut hash, a);
+    }
+    Ok(format!("{hash:016x}"))
+}
+
+/// JSON for f64 fields that may hold NaN or ±∞ (GCV at λ where df ≥ n, scores that
+/// overflow): JSON has no such numbers and serde_json would write `null`, which does not
+/// read back. These write `"NaN"`, `"inf"`, `"-inf"` and read those, numbers, and the
+/// `null` of older files (as NaN).
+pub(crate) mod json_f64 {
+    use serde::de::{self, Visitor};
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    /// One number that may be non-finite.
+    #[derive(Debug, Clone, Copy)]
+    pub struct Num(pub f64);
+
+    impl Serialize for Num {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            match self.0 {
+                v if v.is_finite() => s.serialize_f64(v),
+                v if v.is_nan() => s.serialize_str("NaN"),
+                v if v > 0.0 => s.serialize_str("inf"),
+                _ => s.serialize_str("-inf"),
+            }
+        }
+    }
+
+    impl<'de> Deserialize<'de> for Num {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Num, D::Error> {
+            struct V;
+            impl Visitor<'_> for V {
+                type Value = Num;
+                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str("a number, \"NaN\", \"inf\" or \"-inf\"")
+                }
+                fn visit_f64<E: de::Error>(self, v: f64) -> Result<Num, E> {
+                    Ok(Num(v))
+                }
+                fn visit_i64<E: de::Error>(self, v: i64) -> Result<Num, E> {
+                    Ok(Num(v as f64))
+                }
+                fn visit_u64<E: de::Error>(self, v: u64) -> Result<Num, E> {
+                    Ok(Num(v as f64))
+                }
+                fn visit_unit<E: de::Error>(self) -> Result<Num, E> {
+                    Ok(Num(f64::NAN))
+                }
+                fn visit_str<E: de::Error>(self, v: &str) -> Result<Num, E> {
+                    match v {
+                        "NaN" => Ok(Num(f64::NAN)),
+                        "inf" => Ok(Num(f64::INFINITY)),
+                        "-inf" => Ok(Num(f64::NEG_INFINITY)),
+                        other => Err(E::custom(format!("'{other}' is not a number"))),
+                    }
+                }
+            }
+            d.deserialize_any(V)
+        }
+    }
+
+    /// `Vec<f64>`.
+    pub mod vec {
+        use super::*;
+        /// Serialises.
+        pub fn serialize<S: Serializer>(v: &[f64], s: S) -> Result<S::Ok, S::Error> {
+            s.collect_seq(v.iter().map(|&x| Num(x)))
+        }
+        /// Deserialises.
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
+            Ok(Vec::<Num>::deserialize(d)?.into_iter().map(|n| n.0).collect())
+        }
+    }
+
+    /// `Vec<Vec<f64>>`.
+    pub mod vec2 {
+        use super::*;
+        /// Serialises.
+        pub fn serialize<S: Serializer>(v: &[Vec<f64>], s: S) -> Result<S::Ok, S::Error> {
+            s.collect_seq(v.iter().map(|r| r.iter().map(|&x| Num(x)).collect::<Vec<_>>()))
+        }
+        /// Deserialises.
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Vec<f64>>, D::Error> {
+            Ok(Vec::<Vec<Num>>::deserialize(d)?.into_iter().map(|r| r.into_iter().map(|n| n.0).collect()).collect())
+        }
+    }
+
+    /// `f64`.
+    pub mod one {
+        use super::*;
+        /// Serialises.
+        pub fn serialize<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+            Num(*v).serialize(s)
+        }
+        /// Deserialises.
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+            Ok(Num::deserialize(d)?.0)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::solve::GcvCurve;
+
+    #[test]
+    fn non_finite_scores_survive_the_json_header() {
+        let curve = GcvCurve {
+            sigma_bar: f64::NAN,
+            grid: vec![1e-8, 1.0],
+            df: vec![3.0, f64::INFINITY],
+            rss: vec![vec![f64::NEG_INFINITY], vec![0.5]],
+            shared: vec![f64::INFINITY, 2.0],
+            per_output: vec![vec![f64::NAN], vec![2.0]],
+            chosen_shared: 1,
+            chosen_per_output: vec![1],
+        };
+        let json = serde_json::to_string(&curve).unwrap();
+        assert!(!json.contains("null"), "{json}");
+        let back: GcvCurve = serde_json::from_str(&json).unwrap();
+        assert!(back.sigma_bar.is_nan() && back.per_output[0][0].is_nan());
+        assert_eq!((back.df[1], back.rss[0][0], back.shared[0]), (f64::INFINITY, f64::NEG_INFINITY, f64::INFINITY));
+        assert_eq!(serde_json::to_string(&back).unwrap(), json, "the round trip is exact, so the checksum holds");
+        // Older files wrote null: read as NaN rather than refused.
+        let old = json.replace("\"NaN\"", "null");
+        assert!(serde_json::from_str::<GcvCurve>(&old).unwrap().sigma_bar.is_nan());
+    }
 }

@@ -189,16 +189,22 @@ impl Pca {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct GcvCurve {
     /// `σ̄`, the mean of the `σ_j`.
+    #[serde(with = "crate::model::json_f64::one")]
     pub sigma_bar: f64,
     /// The 41 λ values.
+    #[serde(with = "crate::model::json_f64::vec")]
     pub grid: Vec<f64>,
     /// `df(λ)`.
+    #[serde(with = "crate::model::json_f64::vec")]
     pub df: Vec<f64>,
     /// `RSS_k(λ)`, `grid × c`.
+    #[serde(with = "crate::model::json_f64::vec2")]
     pub rss: Vec<Vec<f64>>,
     /// Shared GCV score per λ.
+    #[serde(with = "crate::model::json_f64::vec")]
     pub shared: Vec<f64>,
     /// Per-output GCV score, `grid × c`.
+    #[serde(with = "crate::model::json_f64::vec2")]
     pub per_output: Vec<Vec<f64>>,
     /// Argmin of the shared score (ties: larger λ).
     pub chosen_shared: usize,

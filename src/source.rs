@@ -259,7 +259,27 @@ impl InputFile {
     }
 }
 
+impl InputFile {
+    /// What identifies this file's content for a resume or a shard: its path, size, and
+    /// footer (row count and each row group's rows, bytes and first column offset).
+    pub fn identity(&self) -> String {
+        let size = std::fs::metadata(&self.path).map(|m| m.len()).unwrap_or(0);
+        let md = self.meta.metadata();
+        let mut footer = format!("{}:{}", md.file_metadata().num_rows(), md.num_row_groups());
+        for rg in md.row_groups() {
+            let first = rg.columns().first().map_or(0, |c| c.data_page_offset());
+            footer += &format!(";{},{},{first}", rg.num_rows(), rg.total_byte_size());
+        }
+        format!("{}|{size}|{}", self.path.display(), crate::stats::checksum([footer.as_bytes()]))
+    }
+}
+
 impl Dataset {
+    /// The identities of the files, in order (see [`InputFile::identity`]).
+    pub fn identity(&self) -> Vec<String> {
+        self.files.iter().map(InputFile::identity).collect()
+    }
+
     /// Opens every file, resolves the columns on the first and checks every other file
     /// against it. Reads footers only (and one row for a `List` column's length).
     pub fn open(paths: &[PathBuf], spec: ColumnSpec) -> Result<Dataset> {

@@ -672,8 +672,8 @@ mod tests {
     }
 }
 
-/// Statistics file format version.
-pub const STATS_VERSION: u32 = 1;
+/// Statistics file format version (2: the checksum covers the header too).
+pub const STATS_VERSION: u32 = 2;
 const STATS_FORMAT: &str = "sketchfit-stats";
 
 fn f64_bytes(v: &[f64]) -> Vec<u8> {
@@ -696,7 +696,7 @@ pub fn checksum<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> String {
     format!("{h:016x}")
 }
 
-#[derive(serde::Serialize, serde::Deserialize)]
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
 struct StatsHeader {
     format: String,
     version: u32,
@@ -705,7 +705,7 @@ struct StatsHeader {
     meta: serde_json::Value,
 }
 
-#[derive(serde::Serialize, serde::Deserialize)]
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
 struct BlockHeader {
     name: String,
     n: u64,
@@ -727,26 +727,36 @@ pub fn stats_to_bytes(blocks: &[(&str, &GramStats)], meta: serde_json::Value) ->
         arrays.push((format!("{name}.v"), vec![c], f64_bytes(&st.v)));
     }
     arrays.sort_by(|a, b| a.0.cmp(&b.0));
-    let header = StatsHeader {
+    let mut header = StatsHeader {
         format: STATS_FORMAT.into(),
         version: STATS_VERSION,
-        checksum: checksum(arrays.iter().map(|a| a.2.as_slice())),
+        checksum: String::new(),
         blocks: blocks.iter().map(|(n, s)| BlockHeader { name: n.to_string(), n: s.n, dim: s.dim(), c: s.c }).collect(),
         meta,
     };
-    let json = serde_json::to_string(&header).map_err(|e| Error::Numerical(format!("statistics header: {e}")))?;
+    header.checksum = header_checksum(&header, arrays.iter().map(|a| a.2.as_slice()))?;
+    let json = serde_json::to_string(&header).map_err(|e| Error::Internal(format!("statistics header: {e}")))?;
     let views = arrays
         .iter()
         .map(|(n, shape, b)| TensorView::new(safetensors::Dtype::F64, shape.clone(), b).map(|v| (n.clone(), v)))
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(|e| Error::Numerical(format!("statistics arrays: {e}")))?;
-    safetensors::serialize(views, Some(std::collections::HashMap::from([("sketchfit".to_string(), json)])))
-        .map_err(|e| Error::Numerical(format!("statistics file: {e}")))
+    let bytes = safetensors::serialize(views, Some(std::collections::HashMap::from([("sketchfit".to_string(), json)])))
+        .map_err(|e| Error::Internal(format!("statistics file: {e}")))?;
+    // Read back (header, shapes, checksum) before anyone writes these bytes.
+    verify_stats_bytes(&bytes).map_err(|m| Error::Internal(format!("statistics just built do not read back: {m}")))?;
+    Ok(bytes)
 }
 
-/// Parses a statistics file: the named blocks and the `meta` value. Any damage (a
-/// checksum mismatch, wrong shapes, another format) is an error, never used.
-pub fn stats_from_bytes(bytes: &[u8]) -> std::result::Result<(Vec<(String, GramStats)>, serde_json::Value), String> {
+/// The checksum of a version-2 statistics header (its checksum field empty) and arrays.
+fn header_checksum<'a>(bare: &StatsHeader, arrays: impl IntoIterator<Item = &'a [u8]>) -> Result<String> {
+    let json = serde_json::to_string(bare).map_err(|e| Error::Internal(format!("statistics header: {e}")))?;
+    let arrays: Vec<&[u8]> = arrays.into_iter().collect();
+    Ok(checksum(std::iter::once(json.as_bytes()).chain(arrays)))
+}
+
+/// Checks a statistics file's header, version and checksum without copying its arrays.
+fn verify_stats_bytes(bytes: &[u8]) -> std::result::Result<StatsHeader, String> {
     use safetensors::tensor::SafeTensors;
     let (_, meta) = SafeTensors::read_metadata(bytes).map_err(|e| format!("not a statistics file: {e}"))?;
     let json = meta.metadata().as_ref().and_then(|m| m.get("sketchfit")).ok_or("not a sketchfit statistics file")?;
@@ -754,19 +764,34 @@ pub fn stats_from_bytes(bytes: &[u8]) -> std::result::Result<(Vec<(String, GramS
     if header.format != STATS_FORMAT {
         return Err(format!("not a statistics file (format '{}')", header.format));
     }
-    if header.version != STATS_VERSION {
-        return Err(format!("statistics version {} is not supported (reads {STATS_VERSION})", header.version));
+    if !(1..=STATS_VERSION).contains(&header.version) {
+        return Err(format!("statistics version {} is not supported (reads 1 to {STATS_VERSION})", header.version));
     }
     let st = SafeTensors::deserialize(bytes).map_err(|e| format!("damaged statistics file: {e}"))?;
     let mut names: Vec<String> = st.names().into_iter().map(String::from).collect();
     names.sort();
-    let mut datas = Vec::new();
+    let mut datas = Vec::with_capacity(names.len());
     for n in &names {
-        datas.push(st.tensor(n).map_err(|e| e.to_string())?.data().to_vec());
+        datas.push(st.tensor(n).map_err(|e| e.to_string())?.data());
     }
-    if checksum(datas.iter().map(Vec::as_slice)) != header.checksum {
-        return Err("checksum mismatch: the statistics file is damaged".into());
+    let want = if header.version >= 2 {
+        let bare = StatsHeader { checksum: String::new(), ..header.clone() };
+        header_checksum(&bare, datas.iter().copied()).map_err(|e| e.to_string())?
+    } else {
+        checksum(datas.iter().copied())
+    };
+    if want != header.checksum {
+        return Err("checksum mismatch: the statistics file is damaged (its header or arrays changed)".into());
     }
+    Ok(header)
+}
+
+/// Parses a statistics file: the named blocks and the `meta` value. Any damage (a
+/// checksum mismatch, wrong shapes, another format) is an error, never used.
+pub fn stats_from_bytes(bytes: &[u8]) -> std::result::Result<(Vec<(String, GramStats)>, serde_json::Value), String> {
+    use safetensors::tensor::SafeTensors;
+    let header = verify_stats_bytes(bytes)?;
+    let st = SafeTensors::deserialize(bytes).map_err(|e| format!("damaged statistics file: {e}"))?;
     let get = |name: &str, len: usize| -> std::result::Result<Vec<f64>, String> {
         let t = st.tensor(name).map_err(|_| format!("missing array '{name}'"))?;
         if t.dtype() != safetensors::Dtype::F64 || t.data().len() != 8 * len {

@@ -371,3 +371,34 @@ fn outputs_never_replace_inputs_by_name_link_or_glob() {
         assert_eq!(snapshot(&dir), before, "{args:?} changed a file");
     }
 }
+
+/// Replaces the first `from` in the file's bytes by `to` (same length).
+fn patch(path: &std::path::Path, from: &str, to: &str) -> bool {
+    let mut bytes = std::fs::read(path).unwrap();
+    let Some(at) = bytes.windows(from.len()).position(|w| w == from.as_bytes()) else { return false };
+    bytes[at..at + from.len()].copy_from_slice(to.as_bytes());
+    std::fs::write(path, bytes).unwrap();
+    true
+}
+
+#[test]
+fn a_changed_model_header_is_refused() {
+    let dir = TempDir::new("header-sum");
+    write_parquet(&dir.path("t.parquet"), good_columns(30), 20);
+    let p = pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", "normalize = \"l2\"\ndim = 64");
+    std::fs::write(&p, std::fs::read_to_string(&p).unwrap().replace("dim = 16\n", "")).unwrap();
+    let model = dir.path("m.sfm");
+    let ok = sketchfit(&["train", &p, "-o", model.to_str().unwrap(), "--quiet"]);
+    assert_eq!(ok.status.code(), Some(0), "{}", stderr(&ok));
+    let predict = |out: &str| {
+        sketchfit(&["predict", model.to_str().unwrap(), "-i", dir.path("t.parquet").to_str().unwrap(), "-o", out])
+    };
+    assert_eq!(predict(dir.path("p1.parquet").to_str().unwrap()).status.code(), Some(0));
+    // One byte of a stage parameter in the header, the file otherwise intact.
+    // The header is a JSON string inside the safetensors metadata: its quotes are escaped.
+    assert!(patch(&model, r#"\"normalize\":\"l2\""#, r#"\"normalize\":\"l1\""#));
+    let out = predict(dir.path("p2.parquet").to_str().unwrap());
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("checksum mismatch"), "{}", stderr(&out));
+    assert!(!dir.path("p2.parquet").exists());
+}

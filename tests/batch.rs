@@ -115,6 +115,18 @@ fn sharded_runs_give_the_single_process_model_and_duplicates_are_refused() {
             assert_eq!(out.status.code(), Some(2));
             assert!(stderr(&out).contains("given twice"), "{}", stderr(&out));
             assert!(!dir.path("dup.sfm").exists());
+            // solve rebuilds the maps from the parts' seed and stages, never from its own
+            // command line: a different seed or stage is refused, naming the key.
+            let other = dir.path("other.sfm");
+            for (set, key) in [("run.seed=2", "run.seed"), ("stages.0.dim=48", "stages")] {
+                let mut args = vec!["solve", &p, "--set", set];
+                args.extend(parts.iter().map(String::as_str));
+                args.extend(["-o", other.to_str().unwrap()]);
+                let out = sketchfit(&args);
+                assert_eq!(out.status.code(), Some(2), "{set}: {}", stderr(&out));
+                assert!(stderr(&out).contains(key), "{set}: {}", stderr(&out));
+                assert!(!other.exists());
+            }
             // A missing shard is an error unless allowed.
             let out = sketchfit(&["solve", &p, &parts[0], &parts[2], "-o", dir.path("miss.sfm").to_str().unwrap()]);
             assert_eq!(out.status.code(), Some(2));
@@ -222,6 +234,23 @@ fn killed_runs_resume_to_the_same_model_in_one_and_two_pass_mode() {
     let out = train_with_abort(&p, &model, None, true);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("checksum mismatch"), "{}", stderr(&out));
+    assert!(!model.exists());
+}
+
+#[test]
+fn a_resume_after_the_inputs_changed_is_refused() {
+    let dir = TempDir::new("resume-glob");
+    write_data(&dir.path("train-0.parquet"), 1200, 200, 2);
+    let p = pipeline(&dir, &CLASSIFY.replace("train.parquet", "train-*.parquet"));
+    let model = dir.path("m.sfm");
+    let out = train_with_abort(&p, &model, Some(2), false);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(dir.path("m.sfm.ckpt").exists());
+    // The glob gains a file between the kill and the resume.
+    write_data(&dir.path("train-1.parquet"), 400, 200, 3);
+    let out = train_with_abort(&p, &model, None, true);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("different pipeline or data"), "{}", stderr(&out));
     assert!(!model.exists());
 }
 

@@ -198,7 +198,11 @@ pub fn prepare(spec: &PipelineSpec, say: &mut dyn FnMut(&str)) -> Result<Prepare
         ShiftMode::Zero => vec![0.0; pipeline.output_dim()],
         ShiftMode::Sample => sample_mean(&pipeline, &sample, threads),
     };
-    let fingerprint = spec.fingerprint(&stages, spec.run.shift);
+    // The resolved inputs (every file's path, size and footer) are part of what a
+    // checkpoint or a shard must match: a glob that gains a file cannot resume.
+    let files: Vec<String> =
+        labeled.identity().into_iter().chain(unlabeled.iter().flat_map(Dataset::identity)).collect();
+    let fingerprint = spec.fingerprint(&stages, spec.run.shift, &files);
     let prep = Prepared { labeled, unlabeled, classes, c, stages, pipeline, shift, fingerprint, work, semi };
     check_memory(spec, &prep, say)?;
     Ok(prep)
@@ -1311,6 +1315,63 @@ struct PartMeta {
     /// For pass-two parts: the checksum of the merged pass-one file they projected with.
     #[serde(default)]
     pass1_checksum: Option<String>,
+    /// The seed the maps were drawn with: `solve` rebuilds them from it, never from its
+    /// own command line.
+    #[serde(default)]
+    seed: Option<u64>,
+    /// The pipeline keys that define the features, as accumulated (see [`map_keys`]).
+    #[serde(default)]
+    map_keys: Option<serde_json::Value>,
+}
+
+/// The keys of a pipeline that decide which features the statistics hold: a solve must
+/// see the same ones as the accumulation did.
+fn map_keys(spec: &PipelineSpec) -> serde_json::Value {
+    serde_json::json!({
+        "task": spec.task, "passes": spec.passes, "features": spec.data.features,
+        "feature_list": spec.data.feature_list, "label": spec.data.label, "targets": spec.data.targets,
+        "stages": spec.stages, "seed": spec.run.seed, "sample_rows": spec.run.sample_rows,
+        "shift": spec.run.shift,
+    })
+}
+
+/// Refuses to solve parts with a pipeline whose features differ from theirs, naming the
+/// first key that differs.
+fn check_parts_match(spec: &PipelineSpec, part: &Path, meta: &PartMeta) -> Result<()> {
+    let file = spec.source.as_str();
+    let (Some(seed), Some(keys)) = (meta.seed, &meta.map_keys) else {
+        return Err(Error::BadModel {
+            path: part.to_path_buf(),
+            message: "written by an older sketchfit that did not record its seed and stages; accumulate it again"
+                .into(),
+        });
+    };
+    if seed != spec.run.seed {
+        return Err(Error::config(
+            file,
+            "run.seed",
+            format!(
+                "the parts were accumulated with run.seed = {seed}, this pipeline has {}; their maps are drawn from their seed, so solve with the pipeline they were accumulated with",
+                spec.run.seed
+            ),
+        ));
+    }
+    let now = map_keys(spec);
+    if let (Some(a), Some(b)) = (keys.as_object(), now.as_object()) {
+        for (k, v) in a {
+            if b.get(k) != Some(v) {
+                return Err(Error::config(
+                    file,
+                    k.as_str(),
+                    format!(
+                        "differs from the parts' ({}: {v}); solve with the pipeline they were accumulated with",
+                        part.display()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn pass_one() -> u32 {
@@ -1411,6 +1472,8 @@ pub fn accumulate_shard(
         features: prep.labeled.features.clone(),
         pass,
         pass1_checksum,
+        seed: Some(spec.run.seed),
+        map_keys: Some(map_keys(spec)),
     };
     let blocks = state.blocks();
     // A pass-two part carries only its own statistics; pass one is in the merged file.
@@ -1493,6 +1556,8 @@ pub fn solve_parts(
             }
         }
     }
+    // The parts agree with each other; now they must agree with this pipeline.
+    check_parts_match(spec, &loaded[0].0, &first)?;
     let missing: Vec<usize> = (0..first.shards).filter(|s| !seen_shards.contains(s)).collect();
     if !missing.is_empty() && !allow_partial {
         return Err(Error::config(

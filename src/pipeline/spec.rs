@@ -479,8 +479,9 @@ impl PipelineSpec {
 
     /// A fingerprint of everything that decides the statistics (data columns, fitted
     /// stages, seed, passes, shift): shards and checkpoints must agree on it.
-    pub fn fingerprint(&self, fitted: &[StageSpec], shift_mode: ShiftMode) -> String {
+    pub fn fingerprint(&self, fitted: &[StageSpec], shift_mode: ShiftMode, files: &[String]) -> String {
         let v = serde_json::json!({
+            "files": files,
             "task": self.task, "passes": self.passes, "features": self.data.features,
             "feature_list": self.data.feature_list, "label": self.data.label, "targets": self.data.targets,
             "null_labels": self.data.null_labels, "stages": fitted, "seed": self.run.seed,
