@@ -402,3 +402,39 @@ fn a_changed_model_header_is_refused() {
     assert!(stderr(&out).contains("checksum mismatch"), "{}", stderr(&out));
     assert!(!dir.path("p2.parquet").exists());
 }
+
+#[test]
+fn inputs_that_used_to_panic_exit_2_naming_the_key_or_column() {
+    let dir = TempDir::new("no-panic");
+    write_parquet(&dir.path("t.parquet"), good_columns(60), 20);
+    // A validation file that lacks a feature column.
+    let mut cols = good_columns(30);
+    cols.remove(1);
+    write_parquet(&dir.path("v.parquet"), cols, 20);
+    let p = pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]\nvalidation = [\"v.parquet\"]", "");
+    train_fails(&dir, &p, &["v.parquet", "'b'"]);
+    // A Gaussian sketch centre of the wrong length, in both variants.
+    for kind in ["gaussian_sketch", "gaussian_sketch_hd"] {
+        let text = format!(
+            "[data]\ntrain = [\"t.parquet\"]\nfeatures = [\"a\", \"b\"]\nlabel = \"label\"\n\n[[stages]]\nkind = \"{kind}\"\ndim = 64\nsigma = 1.0\ntruncation = 4\ncenter = [0.0, 0.0, 0.0]\n"
+        );
+        std::fs::write(dir.path("g.toml"), text).unwrap();
+        train_fails(&dir, dir.path("g.toml").to_str().unwrap(), &["stages.0.center", "3 entries", "d = 2"]);
+    }
+    let text = "[data]\ntrain = [\"t.parquet\"]\nfeatures = [\"a\", \"b\"]\nlabel = \"label\"\n\n[[stages]]\nkind = \"gaussian_sketch_hd\"\ndim = 64\nsigma = 1.0\ntruncation = 3\nblocks = [0, 8]\n";
+    std::fs::write(dir.path("b.toml"), text).unwrap();
+    train_fails(&dir, dir.path("b.toml").to_str().unwrap(), &["blocks", "≥ 1"]);
+}
+
+#[test]
+fn a_missing_output_directory_is_refused_before_the_pass() {
+    let dir = TempDir::new("no-out-dir");
+    write_parquet(&dir.path("t.parquet"), good_columns(60), 20);
+    let p = pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", "");
+    let out = sketchfit(&["train", &p, "-o", dir.path("nope/m.sfm").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("does not exist"), "{err}");
+    // Refused before any pass: no pass line was printed.
+    assert!(!err.contains("pass 1:"), "the pass ran before the output was checked: {err}");
+}

@@ -371,3 +371,22 @@ fn mmd_on_the_digits_separates_classes_and_matches_the_exact_distance() {
     let sd = v["relative_sd_estimate"].as_f64().unwrap();
     assert!((ratio - 1.0).abs() < 5.0 * sd.max(1e-3), "sketched/exact {ratio}, estimated relative SD {sd}");
 }
+
+#[test]
+fn kernel_error_sweeps_the_hd_sketch_at_the_dimensions_it_names() {
+    let dir = TempDir::new("ke-hd");
+    let p = dir.path("p.toml");
+    let body = format!(
+        "[data]\ntrain = [\"{}\"]\nfeatures = [\"px*\"]\nlabel = \"label\"\n[[stages]]\nkind = \"gaussian_sketch_hd\"\ndim = 512\n",
+        repo("data/digits_train.parquet")
+    );
+    std::fs::write(&p, body).unwrap();
+    let out =
+        sketchfit(&["kernel-error", p.to_str().unwrap(), "--plot", dir.path("k.svg").to_str().unwrap(), "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let dims: Vec<u64> = v["sweep"].as_array().unwrap().iter().map(|s| s["dim"].as_u64().unwrap()).collect();
+    assert!(dims.len() >= 3, "{dims:?}");
+    // Blocks are refitted per point: the dimension grows along the sweep, never stuck at 1.
+    assert!(dims.windows(2).all(|w| w[0] < w[1]) && dims[0] > 1, "sweep dimensions {dims:?}");
+}

@@ -130,7 +130,7 @@ pub fn kernel_error(
     let mut stages = Vec::new();
     let mut curve = Vec::new();
     for (i, st) in spec.stages.iter().enumerate() {
-        let st = &st.fit(&x, d, spec.run.seed, i);
+        let st = &st.fit(&x, d, spec.run.seed, i)?;
         let xn = normalized(st, &x, d);
         let k = st.kernel();
         let exact: Vec<f64> = (0..n * n)
@@ -142,7 +142,9 @@ pub fn kernel_error(
             if let Some(full) = st.dim() {
                 for j in (0..=4).rev() {
                     let dim = (full >> j).max(2);
-                    let s = st.with_dim(dim);
+                    // A smaller dimension can clear fitted sizes (the HD sketch's blocks):
+                    // fit again, so every sweep point measures the map it names.
+                    let s = st.with_dim(dim).fit(&x, d, spec.run.seed, i)?;
                     if s.validate("kernel-error", "stage").is_ok() {
                         curve.push(measure(&s, i, &smp, seeds, spec.run.seed));
                     }

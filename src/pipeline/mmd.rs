@@ -212,7 +212,8 @@ pub fn mmd(
     let half = (sample_rows / 2).max(1);
     let mut sample = reservoir(&da, half, seed, chunk_rows, &mut |_| Ok(()))?;
     sample.extend(reservoir(&db, half, seed.wrapping_add(1), chunk_rows, &mut |_| Ok(()))?);
-    let fitted: Vec<StageSpec> = stages.iter().enumerate().map(|(i, s)| s.fit(&sample, d, seed, i)).collect();
+    let fitted: Vec<StageSpec> =
+        stages.iter().enumerate().map(|(i, s)| s.fit(&sample, d, seed, i)).collect::<Result<_>>()?;
     let pipeline = FeaturePipeline::build(&fitted, d, seed);
     let m = pipeline.output_dim();
     let keep_rows = |ds: &Dataset, salt: u64| -> Result<(SketchSums, Vec<f32>, Vec<f32>)> {
@@ -411,7 +412,8 @@ pub fn embed_groups(
     let ds = Dataset::open(inputs, cols)?;
     let d = ds.dim();
     let sample = reservoir(&ds, sample_rows.max(1), seed, chunk_rows, &mut |_| Ok(()))?;
-    let fitted: Vec<StageSpec> = stages.iter().enumerate().map(|(i, s)| s.fit(&sample, d, seed, i)).collect();
+    let fitted: Vec<StageSpec> =
+        stages.iter().enumerate().map(|(i, s)| s.fit(&sample, d, seed, i)).collect::<Result<_>>()?;
     let pipeline = FeaturePipeline::build(&fitted, d, seed);
     let m = pipeline.output_dim();
     let mut index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();

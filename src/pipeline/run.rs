@@ -179,7 +179,7 @@ pub fn prepare(spec: &PipelineSpec, say: &mut dyn FnMut(&str)) -> Result<Prepare
     };
     let sample = prepass_sample(&labeled, unlabeled.as_ref(), &work, spec, &mut check)?;
     let stages: Vec<StageSpec> =
-        spec.stages.iter().enumerate().map(|(i, s)| s.fit(&sample, d, spec.run.seed, i)).collect();
+        spec.stages.iter().enumerate().map(|(i, s)| s.fit(&sample, d, spec.run.seed, i)).collect::<Result<_>>()?;
     for (i, st) in stages.iter().enumerate() {
         let t = match st {
             StageSpec::GaussianSketch(g) => g.truncation,

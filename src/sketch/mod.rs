@@ -794,6 +794,9 @@ impl StageSpec {
             StageSpec::GaussianSketchHd(s) => {
                 gaussian_common(s.sigma, s.truncation, &err)?;
                 dim("dim", s.dim, 2)?;
+                if let Some(j) = s.blocks.iter().position(|&b| b == 0) {
+                    return err("blocks", format!("entry {j} is 0; every block size must be ≥ 1"));
+                }
                 if let Some(t) = s.truncation {
                     if !s.blocks.is_empty() && s.blocks.len() + 1 != t {
                         return err("blocks", format!("needs {} sizes (degrees 1..s−1) for truncation = {t}", t - 1));
@@ -802,6 +805,23 @@ impl StageSpec {
                 Ok(())
             }
         }
+    }
+
+    /// Checks what needs the input width `d`: a given `center` must have `d` entries.
+    pub fn check_width(&self, d: usize, index: usize) -> Result<()> {
+        let center = match self {
+            StageSpec::GaussianSketch(s) => &s.center,
+            StageSpec::GaussianSketchHd(s) => &s.center,
+            _ => return Ok(()),
+        };
+        if !center.is_empty() && center.len() != d {
+            return Err(Error::config(
+                "pipeline",
+                format!("stages.{index}.center"),
+                format!("has {} entries for d = {d} input columns; give one per column or omit it", center.len()),
+            ));
+        }
+        Ok(())
     }
 
     /// True for the Gaussian kernel-distance sketches.
@@ -832,9 +852,10 @@ impl StageSpec {
     /// rows; the stage's normalisation is applied here): the χ² `k`'s (math.md §10.2),
     /// the RFF bandwidth (median distance over ≤ 1000 random pairs) and the exp-χ² β
     /// (`1/mean X²` over the same pairs).
-    pub fn fit(&self, x: &[f32], d: usize, seed: u64, index: usize) -> StageSpec {
+    pub fn fit(&self, x: &[f32], d: usize, seed: u64, index: usize) -> Result<StageSpec> {
+        self.check_width(d, index)?;
         if !self.needs_fit() {
-            return self.clone();
+            return Ok(self.clone());
         }
         let mut xn = x.to_vec();
         self.normalize().apply(&mut xn, d);
@@ -916,7 +937,7 @@ impl StageSpec {
             }
             _ => {}
         }
-        out
+        Ok(out)
     }
 
     /// Input normalisation.
