@@ -1,6 +1,6 @@
 //! Writes a synthetic benchmark file: N rows × 784 f32 columns `px0..px783` and an
 //! int64 `label` (10 classes), row groups of 65,536 rows (or ROW_GROUP).
-//! Usage: cargo run --release --example gen_data -- ROWS OUT.parquet [ROW_GROUP]
+//! Usage: cargo run --release --example gen_data -- ROWS OUT.parquet [ROW_GROUP] [SEED]
 
 use std::sync::Arc;
 
@@ -22,7 +22,8 @@ fn main() {
     let props = WriterProperties::builder().set_max_row_group_row_count(Some(group)).build();
     let mut w = ArrowWriter::try_new(std::fs::File::create(&out).expect("create output"), schema.clone(), Some(props))
         .expect("writer");
-    let mut r = StageRng::new(5, 0);
+    let seed: u64 = args.get(4).and_then(|v| v.parse().ok()).unwrap_or(5);
+    let mut r = StageRng::new(seed, 0);
     let batch = group.min(16_384);
     for start in (0..rows).step_by(batch) {
         let n = batch.min(rows - start);

@@ -1,42 +1,115 @@
 #!/usr/bin/env bash
-# Benchmarks (not tests): hot paths, Parquet decode, whole training and peak RSS.
-# Generates bench-data/{100k,1m}.parquet (784 f32 columns) on first use (~3 GB).
-# ROWS_SMALL / ROWS_LARGE change the sizes; SKIP_LARGE=1 runs only the small file.
+# Benchmarks (not tests): the training pass and the solves, each next to its reference
+# measured in the same run. Every figure in the README's Benchmarks section comes from
+# one of the sections below; run a section alone with SECTIONS="pass solve".
+#
+#   hot      cargo bench: tile GEMMs, maps, FWHT (one kernel at a time)
+#   pass     train on 60,000 × 784 f32 (7,500-row row groups, 10 classes), tensor sketch
+#            p = 3 on L2-normalised rows, fixed λ, at D = 2048 / 4096 / 8192 in f64 and
+#            f32, with the pass's time split, next to a plain full GEMM ZᵀZ of the same
+#            total shape on all cores (examples/gemm_ref)
+#   large    the same pass on a 1M-row file (about 3 GB), for the flat-memory check
+#   solve    statistics at D = 2048 … 16384 from the 60k file (accumulate), then every
+#            solve path on them: cholesky (fixed λ), tridiagonal (GCV), eigen (dense, up
+#            to DENSE_MAX_D = 8192), and top-D/16 PCA by subspace iteration (up to
+#            SUBSPACE_MAX_D = 8192) vs dense
+#
+# DIMS, SOLVE_DIMS and ROWS_LARGE change the sizes. Data goes to bench-data/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-small=${ROWS_SMALL:-100000}
+sections=${SECTIONS:-"hot pass large solve"}
+dims=${DIMS:-"2048 4096 8192"}
+solve_dims=${SOLVE_DIMS:-"2048 4096 8192 16384"}
 large=${ROWS_LARGE:-1000000}
 mkdir -p bench-data
 
 cargo build --release --examples --bins
-echo "## cargo bench (Gram update vs GEMM, tensor sketch)"
-cargo bench --bench hotpaths
+bin=./target/release/sketchfit
+gen=./target/release/examples/gen_data
+gemm=./target/release/examples/gemm_ref
 
-sizes=("$small")
-[ "${SKIP_LARGE:-0}" = 1 ] || sizes+=("$large")
-for n in "${sizes[@]}"; do
-  f=bench-data/rows-$n.parquet
-  [ -f "$f" ] || ./target/release/examples/gen_data "$n" "$f"
-  echo
-  echo "## $n rows × 784: decode"
-  ./target/release/examples/decode_bench "$f"
-  cat > bench-data/bench.toml <<TOML
+has() { [[ " $sections " == *" $1 "* ]]; }
+
+pipeline() { # file dim lambda [extra lines]
+  cat > "bench-data/$1" <<TOML
 [data]
-train = ["rows-$n.parquet"]
+train = ["$2"]
 features = ["px*"]
 label = "label"
 [[stages]]
 kind = "tensor_sketch"
-degree = 2
+degree = 3
 offset = 1.0
-dim = 4096
+dim = $3
 normalize = "l2"
-[pca]
-components = 1024
+[ridge]
+lambda = $4
 TOML
-  echo "## $n rows × 784: whole training at D = 4096 (rows/s and peak RSS on stderr)"
-  start=$(date +%s.%N)
-  ./target/release/sketchfit train bench-data/bench.toml -o bench-data/bench.sfm
-  end=$(date +%s.%N)
-  awk -v n="$n" -v s="$start" -v e="$end" 'BEGIN { printf "training: %.0f rows/s (%.1f s)\n", n / (e - s), e - s }'
-done
+}
+
+timed() { # label, command…: wall and peak RSS from GNU time, the run's own lines
+  local label=$1; shift
+  /usr/bin/time -f "$label: wall %e s, user %U s, peak RSS %M KiB" "$@" 2>&1 |
+    grep -E "^(pass|solve|pca|memory|$label)" || true
+}
+
+if has hot; then
+  echo "## cargo bench (one kernel at a time)"
+  cargo bench --bench hotpaths
+fi
+
+if has pass || has solve; then
+  [ -f bench-data/rows-60000.parquet ] || $gen 60000 bench-data/rows-60000.parquet 7500
+fi
+
+if has pass; then
+  for d in $dims; do
+    for g in f64 f32; do
+      echo
+      echo "## pass, 60,000 × 784, D = $d, $g Gram"
+      $gemm 60000 "$d" "$g"
+      pipeline "pass-$d.toml" rows-60000.parquet "$d" 0.01
+      timed "train" $bin train "bench-data/pass-$d.toml" -o "bench-data/pass-$d.sfm" --set "run.gram=\"$g\""
+    done
+  done
+fi
+
+if has large; then
+  f=bench-data/rows-$large.parquet
+  [ -f "$f" ] || $gen "$large" "$f" 65536
+  for n in 100000 "$large"; do
+    g=bench-data/rows-$n.parquet
+    [ -f "$g" ] || $gen "$n" "$g" 65536
+    echo
+    echo "## pass, $n × 784, D = 4096, f64 Gram (peak RSS must not grow with rows)"
+    ./target/release/examples/decode_bench "$g"
+    pipeline "large-$n.toml" "rows-$n.parquet" 4096 0.01
+    timed "train" $bin train "bench-data/large-$n.toml" -o "bench-data/large-$n.sfm"
+  done
+fi
+
+if has solve; then
+  for d in $solve_dims; do
+    echo
+    echo "## solves at D = $d (statistics of 60,000 rows)"
+    pipeline "solve-$d.toml" rows-60000.parquet "$d" 0.01
+    stats=bench-data/solve-$d.stats
+    [ -f "$stats" ] || $bin accumulate "bench-data/solve-$d.toml" --shard 0/1 -o "$stats" --quiet \
+      --set 'run.gram="f32"'
+    solve() { # label, --set arguments…
+      local label=$1; shift
+      timed "$label" $bin solve "bench-data/solve-$d.toml" "$stats" -o "bench-data/solve-$d.sfm" "$@"
+    }
+    e=$((d / 16))
+    solve "cholesky, fixed λ"
+    solve "tridiagonal, GCV" --set 'ridge.lambda="gcv"'
+    if [ "$d" -le "${SUBSPACE_MAX_D:-8192}" ]; then
+      solve "top-$e PCA by subspace iteration, GCV" --set 'ridge.lambda="gcv"' --set pca.components=$e \
+        --set 'pca.method="subspace"'
+    fi
+    if [ "$d" -le "${DENSE_MAX_D:-8192}" ]; then
+      solve "dense eigen, GCV" --set 'ridge.lambda="gcv"' --set 'ridge.solver="eigen"'
+      solve "top-$e PCA, dense" --set 'ridge.lambda="gcv"' --set pca.components=$e --set 'pca.method="dense"'
+    fi
+  done
+fi

@@ -56,6 +56,8 @@ pub struct Pca {
     pub residuals: Vec<f64>,
     /// `tr C` (the total variance), whichever path ran.
     pub trace: f64,
+    /// Subspace iterations run (0 for the dense decomposition).
+    pub iterations: usize,
 }
 
 /// Eigendecomposition of a symmetric row-major `n × n` matrix: eigenvalues descending
@@ -144,6 +146,7 @@ impl Pca {
             warnings,
             residuals: Vec::new(),
             trace,
+            iterations: 0,
         })
     }
 
@@ -181,6 +184,7 @@ impl Pca {
             warnings,
             residuals: top.residuals[..e_eff].to_vec(),
             trace: top.trace,
+            iterations: top.iterations,
         })
     }
 }

@@ -391,6 +391,15 @@ impl GramStats {
                 pos / dim
             )));
         }
+        // Squares of larger values overflow the f64 sums within a few rows.
+        if let Some(pos) = z[..rows * dim].iter().position(|&v| v.into().abs() > 1e100) {
+            return Err(Error::Numerical(format!(
+                "feature {} of chunk row {} is {:e}, too large to square in the f64 sums; normalise the rows (normalize = \"l2\") or scale the inputs",
+                pos % dim,
+                pos / dim,
+                z[pos].into()
+            )));
+        }
         let mut zc = vec![0.0f64; ROW_BLOCK.min(rows) * dim];
         let mut z32 = if precision == Precision::F32 { vec![0.0f32; ROW_BLOCK.min(rows) * dim] } else { Vec::new() };
         let threads = threads.max(1);
@@ -460,7 +469,16 @@ impl GramStats {
                     let view = ArrayView2::from_shape((nb, dim), zb).expect("block shape matches");
                     self.gram.syrk(view, threads);
                 }
-                Precision::F32 => self.gram.syrk_f32(&z32[..nb * dim], nb, threads),
+                Precision::F32 => {
+                    // A block whose products could overflow f32 is multiplied in f64.
+                    let big = z32[..nb * dim].iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                    if f64::from(big).powi(2) * nb as f64 >= f64::from(f32::MAX) / 4.0 {
+                        let view = ArrayView2::from_shape((nb, dim), zb).expect("block shape matches");
+                        self.gram.syrk(view, threads);
+                    } else {
+                        self.gram.syrk_f32(&z32[..nb * dim], nb, threads);
+                    }
+                }
             }
             GEMM_NANOS.fetch_add(t.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
         }

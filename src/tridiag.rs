@@ -89,6 +89,12 @@ impl Tridiagonal {
         }
         let diag: Vec<f64> = (0..dim).map(|i| a[(i, i)]).collect();
         let offdiag: Vec<f64> = (0..dim).map(|i| if i + 1 < dim { a[(i + 1, i)] } else { 0.0 }).collect();
+        if diag.iter().chain(&offdiag).any(|v| !v.is_finite()) {
+            return Err(Error::Numerical(
+                "the covariance is not finite (features too large for the sums); normalise the rows or scale the inputs"
+                    .into(),
+            ));
+        }
         let mut values = diag.clone();
         let mut sub = offdiag.clone();
         let mut b: Vec<f64> = (0..dim).flat_map(|i| (0..c).map(move |k| (i, k))).map(|(i, k)| rhs[(i, k)]).collect();

@@ -438,3 +438,156 @@ fn a_missing_output_directory_is_refused_before_the_pass() {
     // Refused before any pass: no pass line was printed.
     assert!(!err.contains("pass 1:"), "the pass ran before the output was checked: {err}");
 }
+
+/// One random Parquet file: 1–5 feature columns `f0…` of random numeric types (some with
+/// nulls, NaN, huge or negative values), a label of a random type (sometimes with nulls
+/// or a single class), random row counts and row-group sizes.
+fn random_file(r: &mut sketchfit::rng::StageRng, path: &std::path::Path) -> usize {
+    use arrow_array::{Float32Array, UInt64Array};
+    let rows = [0usize, 2, 7, 20, 45, 45, 45, 45, 45, 45][r.below(10) as usize];
+    let ncols = 1 + r.below(5) as usize;
+    let mut cols: Vec<(String, ArrayRef)> = Vec::new();
+    for j in 0..ncols {
+        let odd = r.below(16);
+        let v: Vec<f64> = (0..rows)
+            .map(|i| match odd {
+                0 if i == rows / 2 => f64::NAN,
+                1 => -(r.uniform() * 3.0),
+                2 if i == 0 => 1e30,
+                _ => r.uniform(),
+            })
+            .collect();
+        let nulls = r.below(16) == 0;
+        let col: ArrayRef = match r.below(4) {
+            0 => Arc::new(Float32Array::from(
+                v.iter().enumerate().map(|(i, &x)| (!nulls || i % 5 != 1).then_some(x as f32)).collect::<Vec<_>>(),
+            )),
+            1 => Arc::new(Int32Array::from(v.iter().map(|&x| Some((x * 10.0) as i32)).collect::<Vec<_>>())),
+            2 => Arc::new(UInt64Array::from(v.iter().map(|&x| (x.abs() * 1e19) as u64).collect::<Vec<_>>())),
+            _ => Arc::new(Float64Array::from(
+                v.iter().enumerate().map(|(i, &x)| (!nulls || i % 5 != 1).then_some(x)).collect::<Vec<_>>(),
+            )),
+        };
+        cols.push((format!("f{j}"), col));
+    }
+    let classes = [1i64, 2, 3, 3, 5][r.below(5) as usize];
+    let label: ArrayRef = match r.below(10) {
+        0 | 4 => Arc::new(StringArray::from((0..rows).map(|i| format!("c{}", i as i64 % classes)).collect::<Vec<_>>())),
+        1 => Arc::new(Int64Array::from(
+            (0..rows).map(|i| (i % 7 != 3).then_some(i as i64 % classes)).collect::<Vec<_>>(),
+        )),
+        2 => Arc::new(Float64Array::from((0..rows).map(|i| i as f64 * 0.5).collect::<Vec<_>>())),
+        _ => Arc::new(Int64Array::from((0..rows).map(|i| i as i64 % classes).collect::<Vec<_>>())),
+    };
+    cols.push(("label".into(), label));
+    let named: Vec<(&str, ArrayRef)> = cols.iter().map(|(n, a)| (n.as_str(), a.clone())).collect();
+    write_parquet(path, named, 1 + r.below(12) as usize);
+    rows
+}
+
+/// One random pipeline over the file's `f*` columns: a random stage (valid parameters
+/// mostly, broken ones sometimes), random PCA, λ, solver, Gram precision and task.
+fn random_pipeline(r: &mut sketchfit::rng::StageRng) -> String {
+    let pick = |r: &mut sketchfit::rng::StageRng, xs: &[&str]| xs[r.below(xs.len() as u32) as usize].to_string();
+    let kind = pick(
+        r,
+        &[
+            "tensor_sketch",
+            "random_maclaurin",
+            "recursive_tensor_sketch",
+            "craftmaps",
+            "identity",
+            "rff",
+            "chi2",
+            "chi2_chebyshev",
+            "exp_chi2",
+            "gaussian_sketch",
+            "gaussian_sketch_hd",
+        ],
+    );
+    let dim = pick(r, &["2", "8", "16", "16", "33", "64", "64", "0"]);
+    let mut stage = format!("[[stages]]\nkind = \"{kind}\"\n");
+    if kind != "identity" && kind != "chi2" && kind != "chi2_chebyshev" {
+        stage += &format!("dim = {dim}\n");
+    }
+    if matches!(kind.as_str(), "tensor_sketch" | "random_maclaurin" | "recursive_tensor_sketch" | "craftmaps") {
+        stage += &format!("degree = {}\n", pick(r, &["1", "2", "2", "3", "3", "0"]));
+    }
+    if r.below(3) == 0 {
+        stage += &format!("normalize = \"{}\"\n", pick(r, &["l2", "l2", "l1", "none", "none", "bogus"]));
+    }
+    let task = if r.below(5) == 0 { "task = \"regression\"\n" } else { "" };
+    let target = if task.is_empty() { "label = \"label\"" } else { "targets = [\"label\"]" };
+    let pca = match r.below(5) {
+        0 | 3 => format!("[pca]\ncomponents = {}\n", pick(r, &["1", "3", "3", "50", "0"])),
+        1 => "[pca]\nvariance = 0.9\n".to_string(),
+        _ => String::new(),
+    };
+    let lambda = pick(r, &["\"gcv\"", "\"gcv\"", "0.1", "0.1", "0", "-1", "1e-300"]);
+    let solver = pick(r, &["auto", "auto", "auto", "auto", "cholesky", "tridiagonal", "eigen"]);
+    let gram = pick(r, &["f64", "f32"]);
+    format!(
+        "{task}[data]\ntrain = [\"t.parquet\"]\nfeatures = [\"f*\"]\n{target}\n\n{stage}\n{pca}\n[ridge]\nlambda = {lambda}\nsolver = \"{solver}\"\n\n[run]\ngram = \"{gram}\"\nsample_rows = 50\n"
+    )
+}
+
+#[test]
+fn random_pipelines_and_schemas_exit_0_or_2_and_every_written_model_loads() {
+    // `scripts/fuzz.sh` runs many more cases with other seeds.
+    let cases: u64 = std::env::var("SKETCHFIT_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(150);
+    let seed: u64 = std::env::var("SKETCHFIT_FUZZ_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+    let dir = TempDir::new("fuzz");
+    let (mut ok, mut refused) = (0, 0);
+    let mut reasons: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
+    for case in 0..cases {
+        let mut r = sketchfit::rng::StageRng::new(seed, case);
+        random_file(&mut r, &dir.path("t.parquet"));
+        let text = random_pipeline(&mut r);
+        std::fs::write(dir.path("p.toml"), &text).unwrap();
+        let model = dir.path("m.sfm");
+        let _ = std::fs::remove_file(&model);
+        let out = sketchfit(&["train", dir.path("p.toml").to_str().unwrap(), "-o", model.to_str().unwrap(), "-q"]);
+        let code = out.status.code();
+        assert!(
+            code == Some(0) || code == Some(2),
+            "case {case} (seed {seed}) exited {code:?}:\n{text}\n{}",
+            stderr(&out)
+        );
+        if code == Some(0) {
+            ok += 1;
+            let inspect = sketchfit(&["inspect", model.to_str().unwrap()]);
+            assert_eq!(
+                inspect.status.code(),
+                Some(0),
+                "case {case}: the model does not load:\n{text}\n{}",
+                stderr(&inspect)
+            );
+            let pred = sketchfit(&[
+                "predict",
+                model.to_str().unwrap(),
+                "-i",
+                dir.path("t.parquet").to_str().unwrap(),
+                "-o",
+                dir.path("pred.parquet").to_str().unwrap(),
+            ]);
+            assert!(
+                matches!(pred.status.code(), Some(0) | Some(2)),
+                "case {case}: predict {:?}\n{}",
+                pred.status,
+                stderr(&pred)
+            );
+        } else {
+            refused += 1;
+            let err = stderr(&out);
+            let reason: String = err.rsplit(": ").nth(1).unwrap_or("").chars().take(40).collect();
+            *reasons.entry(reason).or_default() += 1;
+            assert!(!model.exists(), "case {case}: a refused run left a model");
+            assert!(stderr(&out).starts_with("error:"), "case {case}: {}", stderr(&out));
+        }
+    }
+    eprintln!("{cases} random cases: {ok} trained, {refused} refused with exit 2");
+    for (reason, n) in &reasons {
+        eprintln!("  {n:5}  …{reason}");
+    }
+    assert!(ok > 0 && refused > 0, "the generator should produce both outcomes ({ok} / {refused})");
+}

@@ -79,9 +79,9 @@ pub struct PcaSpec {
     /// (default: `components` or `variance` for every stage).
     #[serde(default)]
     pub per_stage: Vec<usize>,
-    /// How the components are found: `"auto"` (default: subspace iteration on the tiled
-    /// Gram when `components ≤ D/4`, the dense decomposition otherwise), `"dense"` or
-    /// `"subspace"`.
+    /// How the components are found: `"auto"` (default: the dense decomposition, or
+    /// subspace iteration on the tiled Gram when `components ≤ D/4` and the dense
+    /// matrices would not fit in memory), `"dense"` or `"subspace"`.
     #[serde(default)]
     pub method: PcaMethod,
     /// Subspace iteration's residual tolerance `‖Cu − θu‖ / θ_max` (default 1e-6).
@@ -93,7 +93,7 @@ pub struct PcaSpec {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PcaMethod {
-    /// Subspace iteration when `E ≤ D/4`, dense otherwise.
+    /// Dense, or subspace iteration when `E ≤ D/4` and dense does not fit.
     #[default]
     Auto,
     /// The dense eigendecomposition.

@@ -35,6 +35,8 @@ pub fn stream(
                 }
             }
         });
+        // Owned here: an early return drops it before the join, so the reader stops.
+        let rx = rx;
         for item in rx.iter() {
             f(item?)?;
         }
@@ -142,6 +144,10 @@ pub fn stream_mapped<M: Send>(
             }
             busy
         });
+        // Own the consumer's channel ends here, so that an early return (an error in
+        // `consume`) drops them before the scope joins the threads: the mapper then sees
+        // closed channels and stops instead of waiting forever for a buffer.
+        let (mrx, btx) = (mrx, btx);
         let mut times = StreamTimes::default();
         let mut waited = Instant::now();
         for item in mrx.iter() {

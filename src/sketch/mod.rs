@@ -1101,6 +1101,17 @@ impl Params<'_> {
         Ok(self.get(name)?.shape.clone())
     }
     fn count_sketches(&self, hash: &str, sign: &str, k: usize, n: usize, m: usize) -> PResult<Vec<CountSketch>> {
+        // No sketches (a degree-1 tree): the stored arrays are empty, whatever their width.
+        if k == 0 {
+            return match (self.get(hash)?, self.get(sign)?) {
+                (ParamArray { data: ParamData::U32(h), .. }, ParamArray { data: ParamData::I8(g), .. })
+                    if h.is_empty() && g.is_empty() =>
+                {
+                    Ok(Vec::new())
+                }
+                _ => Err(format!("arrays '{hash}' and '{sign}' must be empty for no sketches")),
+            };
+        }
         let h = self.u32(hash, &[k, n])?;
         let s = self.i8(sign, &[k, n])?;
         if h.iter().any(|&v| v as usize >= m) {
