@@ -7,6 +7,7 @@
 //! the passes; [`model`] holds what prediction needs and saves it as safetensors.
 //! The math of every stage is in `design/math.md`.
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 pub mod chol;
 pub mod error;

@@ -591,3 +591,34 @@ fn random_pipelines_and_schemas_exit_0_or_2_and_every_written_model_loads() {
     }
     assert!(ok > 0 && refused > 0, "the generator should produce both outcomes ({ok} / {refused})");
 }
+
+#[test]
+fn the_memory_statement_covers_the_solve_path_and_a_fixed_lambda_factors_in_place() {
+    let dir = TempDir::new("memory");
+    write_parquet(&dir.path("t.parquet"), good_columns(300), 100);
+    // D = 4096: the Gram is 64 MiB, small chunks keep the buffers near the 32 MiB scratch:
+    // the pass fits in 110 MiB, the Gram and a copy (128 MiB) do not.
+    let p = pipeline(
+        &dir,
+        &["t.parquet"],
+        "features = [\"a\", \"b\"]",
+        "dim = 4096\n\n[ridge]\nlambda = 0.1\n\n[run]\nchunk_rows = 64\nmemory_limit_mib = 110",
+    );
+    std::fs::write(&p, std::fs::read_to_string(&p).unwrap().replace("dim = 16\n", "")).unwrap();
+    let model = dir.path("m.sfm");
+    // A copy of the Gram does not fit beside it: factored in place, after the
+    // statistics were written to the checkpoint.
+    let out = sketchfit(&["train", &p, "-o", model.to_str().unwrap()]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("cholesky path, in place"), "{err}");
+    assert!(err.contains("before the in-place solve"), "{err}");
+    assert!(model.exists() && !dir.path("m.sfm.ckpt").exists());
+    // GCV needs a dense D × D (128 MiB): refused before the pass, naming the path.
+    let out = sketchfit(&["train", &p, "-o", dir.path("g.sfm").to_str().unwrap(), "--set", "ridge.lambda=\"gcv\""]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("not enough memory") && err.contains("tridiagonal"), "{err}");
+    assert!(!err.contains("pass 1:"), "{err}");
+    assert!(!dir.path("g.sfm").exists());
+}

@@ -294,7 +294,8 @@ fn check_memory(spec: &PipelineSpec, prep: &Prepared, say: &mut dyn FnMut(&str))
     let buffers = (4 * chunk * (d * 4 + 2 * dim)) as u64 + GramStats::scratch_bytes(dim);
     let limit = memory_limit(spec);
     let solve = solve_bytes(path, solve_dim, c);
-    let in_place = path == SolvePath::Cholesky && limit.is_some_and(|l| stats + buffers + solve > l);
+    // The chunk buffers are gone by the solve: the copy has to fit beside the statistics.
+    let in_place = path == SolvePath::Cholesky && limit.is_some_and(|l| stats + solve > l);
     let needed = stats + buffers + if in_place { 0 } else { solve };
     say(&format!(
         "memory: statistics {} (D = {dim}, {} pass(es){}), chunk buffers {}, solve {} ({} path{}); {} rows × d = {d} in {} file(s)",
@@ -347,9 +348,15 @@ fn solve_bytes(path: SolvePath, dim: usize, c: usize) -> u64 {
     }
 }
 
-/// Whether the Cholesky path must factor the statistics' own Gram: a copy would not fit.
+/// Whether the Cholesky path must factor the statistics' own Gram: a copy would not fit
+/// beside them within `run.memory_limit_mib`, or in the memory the machine has left.
 fn solve_in_place(spec: &PipelineSpec, stats: &GramStats) -> bool {
-    memory_limit(spec).is_some_and(|l| solve_bytes(SolvePath::Cholesky, stats.dim(), stats.c) > l)
+    let copy = solve_bytes(SolvePath::Cholesky, stats.dim(), stats.c);
+    if spec.run.memory_limit_mib > 0 {
+        stats.size_bytes() + copy > spec.run.memory_limit_mib << 20
+    } else {
+        available_memory().is_some_and(|free| copy > free)
+    }
 }
 
 /// The running statistics of a training run.
@@ -1128,7 +1135,7 @@ fn validate(
         let qv = ndarray::ArrayView2::from_shape((ch.rows, qw), &q).expect("chunk features match the solved width");
         let f_all = qv.dot(&all_w);
         for li in 0..grid.len() {
-            let f = f_all.slice(ndarray::s![.., li * c..(li + 1) * c]);
+            let f = f_all.slice_axis(ndarray::Axis(1), ndarray::Slice::from(li * c..(li + 1) * c));
             for r in 0..ch.rows {
                 for j in 0..c {
                     sq[li][j] += (f[(r, j)] + ymean[j] - y[r * c + j]).powi(2);
