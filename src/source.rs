@@ -295,6 +295,19 @@ impl Dataset {
         }
         let first = &files[0];
         let features = resolve_features(first, &spec)?;
+        // Columns are read by name: a name that appears twice would read one column twice.
+        let used = features.columns.iter().chain(&spec.label).chain(&spec.targets).chain(&spec.keep);
+        for name in used {
+            for f in &files {
+                let n = f.schema().fields().iter().filter(|x| x.name() == name).count();
+                if n > 1 {
+                    return Err(Error::data(
+                        Location::file(&f.path).column(name.clone()),
+                        format!("the file has {n} columns of this name; rename them so that each is read once"),
+                    ));
+                }
+            }
+        }
         let mut checked: Vec<(String, &str)> = features.columns.iter().map(|c| (c.clone(), "feature")).collect();
         if let Some(l) = &spec.label {
             checked.push((l.clone(), "label"));
@@ -546,7 +559,8 @@ fn resolve_features(first: &InputFile, spec: &ColumnSpec) -> Result<ResolvedFeat
                 }
             }
             for p in patterns {
-                if is_glob(p) {
+                // A name with glob characters is a column's own name when one is called so.
+                if is_glob(p) && first.field(p).is_none() {
                     let pat = glob::Pattern::new(p).map_err(|e| {
                         Error::config("pipeline", "data.features", format!("bad column pattern '{p}': {e}"))
                     })?;
@@ -669,8 +683,15 @@ fn cast_to(a: &ArrayRef, t: &DataType, loc: &Location) -> Result<ArrayRef> {
     if a.data_type() == t {
         return Ok(a.clone());
     }
-    arrow_cast::cast(a, t)
-        .map_err(|e| Error::data(loc.clone(), format!("cannot convert {} to {t}: {e}", a.data_type())))
+    // Not arrow's "safe" cast, which turns a value it cannot convert (a u64 above i64::MAX,
+    // a string that is not a number) into a null that would then be trained on silently.
+    let options = arrow_cast::CastOptions { safe: false, ..Default::default() };
+    arrow_cast::cast_with_options(a, t, &options).map_err(|e| {
+        Error::data(
+            loc.clone(),
+            format!("cannot convert {} to {t} without losing values ({e}); fix the column's type", a.data_type()),
+        )
+    })
 }
 
 fn list_to_rows(a: &ArrayRef, d: usize, x: &mut [f32], loc: &Location, first_row: usize) -> Result<()> {

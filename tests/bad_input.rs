@@ -622,3 +622,42 @@ fn the_memory_statement_covers_the_solve_path_and_a_fixed_lambda_factors_in_plac
     assert!(!err.contains("pass 1:"), "{err}");
     assert!(!dir.path("g.sfm").exists());
 }
+
+#[test]
+fn lossy_label_casts_duplicate_names_and_glob_named_columns_are_not_silent() {
+    use arrow_array::UInt64Array;
+    let dir = TempDir::new("lossy");
+    // Labels above i64::MAX would have become nulls, trained as class 0.
+    let mut cols = good_columns(40);
+    cols[2] = ("label", Arc::new(UInt64Array::from((0..40).map(|i| u64::MAX - (i % 3)).collect::<Vec<_>>())));
+    write_parquet(&dir.path("u.parquet"), cols, 20);
+    let p = pipeline(&dir, &["u.parquet"], "features = [\"a\", \"b\"]", "");
+    train_fails(&dir, &p, &["u.parquet", "column 'label'", "without losing values"]);
+    // An integer model scored on string labels that are not numbers.
+    write_parquet(&dir.path("t.parquet"), good_columns(40), 20);
+    let p = pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", "");
+    let model = dir.path("m.sfm");
+    let ok = sketchfit(&["train", &p, "-o", model.to_str().unwrap(), "-q"]);
+    assert_eq!(ok.status.code(), Some(0), "{}", stderr(&ok));
+    let mut cols = good_columns(10);
+    cols[2] = ("label", Arc::new(StringArray::from(vec!["x"; 10])));
+    write_parquet(&dir.path("s.parquet"), cols, 5);
+    let out = sketchfit(&["evaluate", model.to_str().unwrap(), "-i", dir.path("s.parquet").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    // Two columns of one name would read the first twice.
+    let mut cols = good_columns(40);
+    let b = cols[1].1.clone();
+    cols.push(("a", b));
+    write_parquet(&dir.path("d.parquet"), cols, 20);
+    let p = pipeline(&dir, &["d.parquet"], "features = [\"a\", \"b\"]", "");
+    train_fails(&dir, &p, &["d.parquet", "column 'a'", "2 columns of this name"]);
+    // A column whose name has glob characters is that column, not a pattern.
+    let mut cols = good_columns(40);
+    cols[0].0 = "x[1]";
+    write_parquet(&dir.path("g.parquet"), cols, 20);
+    let p = pipeline(&dir, &["g.parquet"], "features = [\"x[1]\", \"b\"]", "");
+    let out = sketchfit(&["train", &p, "-o", dir.path("g.sfm").to_str().unwrap(), "-q"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let inspect = sketchfit(&["inspect", dir.path("g.sfm").to_str().unwrap(), "--json"]);
+    assert!(stdout(&inspect).contains("\"x[1]\""), "{}", stdout(&inspect));
+}
