@@ -661,3 +661,17 @@ fn lossy_label_casts_duplicate_names_and_glob_named_columns_are_not_silent() {
     let inspect = sketchfit(&["inspect", dir.path("g.sfm").to_str().unwrap(), "--json"]);
     assert!(stdout(&inspect).contains("\"x[1]\""), "{}", stdout(&inspect));
 }
+
+#[test]
+fn a_mistyped_value_names_its_key_not_its_section() {
+    let dir = TempDir::new("typed-key");
+    write_parquet(&dir.path("t.parquet"), good_columns(30), 20);
+    for (rest, key) in [
+        ("[run]\nthreads = 1\nseed = \"x\"", "run.seed"),
+        ("[ridge]\nper_output = 3", "ridge.per_output"),
+        ("[pca]\ncomponents = \"many\"", "pca.components"),
+    ] {
+        let p = pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", rest);
+        train_fails(&dir, &p, &[&format!("{key}:")]);
+    }
+}

@@ -282,7 +282,21 @@ impl PipelineSpec {
         fn section<T: serde::de::DeserializeOwned + Default>(t: &mut toml::Table, key: &str, file: &str) -> Result<T> {
             match t.remove(key) {
                 None => Ok(T::default()),
-                Some(v) => v.try_into().map_err(|e: toml::de::Error| Error::config(file, key, e.message().to_string())),
+                Some(v) => v.clone().try_into().map_err(|e: toml::de::Error| {
+                    // Name the key, not just the section: try the keys one at a time and
+                    // report the first that fails on its own.
+                    if let toml::Value::Table(inner) = &v {
+                        for (k, kv) in inner {
+                            let one = toml::Value::Table(toml::Table::from_iter([(k.clone(), kv.clone())]));
+                            if let Err(e1) = one.try_into::<T>() {
+                                if !e1.message().starts_with("missing field") {
+                                    return Error::config(file, format!("{key}.{k}"), e1.message().to_string());
+                                }
+                            }
+                        }
+                    }
+                    Error::config(file, key, e.message().to_string())
+                }),
             }
         }
         let task: Task = match table.remove("task") {
