@@ -1350,6 +1350,8 @@ fn map_keys(spec: &PipelineSpec) -> serde_json::Value {
         "feature_list": spec.data.feature_list, "label": spec.data.label, "targets": spec.data.targets,
         "stages": spec.stages, "seed": spec.run.seed, "sample_rows": spec.run.sample_rows,
         "shift": spec.run.shift,
+        // In two passes the per-stage PCA decides what pass two accumulated.
+        "pca": if spec.passes == 2 { serde_json::to_value(&spec.pca).unwrap_or_default() } else { serde_json::Value::Null },
     })
 }
 
