@@ -15,7 +15,7 @@ use faer::reborrow::{Reborrow, ReborrowMut};
 use faer::{Accum, Mat, MatMut, MatRef, Par};
 
 use crate::error::{Error, Result};
-use crate::stats::{tile_len, GramStats, TriGram, TILE};
+use crate::stats::{parallel, tile_len, GramStats, TriGram, TILE};
 
 /// `(I, J)` of the tile stored at each position, in storage order.
 fn tile_index(nt: usize) -> Vec<(usize, usize)> {
@@ -95,25 +95,6 @@ fn factor_tile(a: &mut [f64], n: usize, min_pivot: f64) -> std::result::Result<(
         }
     }
     Ok(())
-}
-
-/// Runs `f` on every item over `threads` scoped threads, items interleaved so each gets
-/// a similar share; each item is processed by exactly one call.
-fn parallel<T: Send>(items: Vec<T>, threads: usize, f: impl Fn(T) + Sync) {
-    if threads <= 1 || items.len() <= 1 {
-        items.into_iter().for_each(f);
-        return;
-    }
-    let mut groups: Vec<Vec<T>> = (0..threads).map(|_| Vec::new()).collect();
-    for (k, t) in items.into_iter().enumerate() {
-        groups[k % threads].push(t);
-    }
-    std::thread::scope(|scope| {
-        for g in groups {
-            let f = &f;
-            scope.spawn(move || g.into_iter().for_each(f));
-        }
-    });
 }
 
 /// Solves `LLᵀ X = B` in place for the factor `l` and a column-major `D × c` right side.

@@ -34,6 +34,21 @@ pub enum LambdaChoice {
     },
 }
 
+impl LambdaChoice {
+    /// λ per output for `c` outputs: the fixed value, or the GCV argmin (shared or per
+    /// output) of `curve`. `None` when GCV is asked and there is no curve.
+    pub fn pick(&self, curve: Option<&GcvCurve>, c: usize) -> Option<Vec<f64>> {
+        match (self, curve) {
+            (LambdaChoice::Fixed(l), _) => Some(vec![*l; c]),
+            (LambdaChoice::Gcv { per_output: true }, Some(g)) => {
+                Some(g.chosen_per_output.iter().map(|&i| g.grid[i]).collect())
+            }
+            (LambdaChoice::Gcv { .. }, Some(g)) => Some(vec![g.grid[g.chosen_shared]; c]),
+            (LambdaChoice::Gcv { .. }, None) => None,
+        }
+    }
+}
+
 /// The RF-PCA of a covariance.
 #[derive(Debug, Clone)]
 pub struct Pca {
@@ -386,18 +401,8 @@ impl RotatedProblem {
     /// Ridge with λ chosen as asked.
     pub fn solve(&self, labeled: &Centered, lambda: &LambdaChoice) -> RidgeFit {
         let c = self.c;
-        let (lambdas, gcv) = match lambda {
-            LambdaChoice::Fixed(l) => (vec![*l; c], None),
-            LambdaChoice::Gcv { per_output } => {
-                let curve = self.gcv(labeled.n, &labeled.cyy);
-                let l = if *per_output {
-                    curve.chosen_per_output.iter().map(|&i| curve.grid[i]).collect()
-                } else {
-                    vec![curve.grid[curve.chosen_shared]; c]
-                };
-                (l, Some(curve))
-            }
-        };
+        let gcv = matches!(lambda, LambdaChoice::Gcv { .. }).then(|| self.gcv(labeled.n, &labeled.cyy));
+        let lambdas = lambda.pick(gcv.as_ref(), c).unwrap_or_default();
         let w = self.coefficients(&lambdas);
         let (weights, bias) = self.fold(&w, labeled);
         RidgeFit { weights, bias, lambdas, gcv }

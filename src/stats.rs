@@ -127,7 +127,7 @@ impl TriGram {
         let (rows, dim) = (z.nrows(), self.dim);
         let zm = MatRef::from_row_major_slice(zs, rows, dim);
         let tiles = self.tiles_mut();
-        for_each_tile(tiles, threads, |(i, j, block)| {
+        parallel(tiles, threads, |(i, j, block): (usize, usize, &mut [f64])| {
             let (ri, rj) = (tile_range(dim, i), tile_range(dim, j));
             let a = zm.subcols(ri.start, ri.len()).transpose();
             let b = zm.subcols(rj.start, rj.len());
@@ -150,7 +150,7 @@ impl TriGram {
         assert!(z.len() >= rows * dim);
         let zm = MatRef::from_row_major_slice(&z[..rows * dim], rows, dim);
         let tiles = self.tiles_mut();
-        for_each_tile(tiles, threads, |(i, j, block)| {
+        parallel(tiles, threads, |(i, j, block): (usize, usize, &mut [f64])| {
             let (ri, rj) = (tile_range(dim, i), tile_range(dim, j));
             let a = zm.subcols(ri.start, ri.len()).transpose();
             let b = zm.subcols(rj.start, rj.len());
@@ -230,21 +230,18 @@ impl TriGram {
     }
 }
 
-/// Runs `f` on every tile over `threads` scoped threads. Tiles are interleaved so each
-/// thread gets a similar share of the large ones; each tile is one call, so the
-/// arithmetic does not depend on the thread count.
-fn for_each_tile<'a>(
-    tiles: Vec<(usize, usize, &'a mut [f64])>,
-    threads: usize,
-    f: impl Fn((usize, usize, &'a mut [f64])) + Sync,
-) {
-    let threads = threads.clamp(1, tiles.len().max(1));
+/// Runs `f` on every item over `threads` scoped threads, items interleaved so each
+/// thread gets a similar share of the large ones. Each item is one call, so the
+/// arithmetic of a tile does not depend on the thread count (the Gram update and the
+/// tiled Cholesky share this).
+pub(crate) fn parallel<T: Send>(items: Vec<T>, threads: usize, f: impl Fn(T) + Sync) {
+    let threads = threads.clamp(1, items.len().max(1));
     if threads == 1 {
-        tiles.into_iter().for_each(f);
+        items.into_iter().for_each(f);
         return;
     }
-    let mut groups: Vec<Vec<(usize, usize, &mut [f64])>> = (0..threads).map(|_| Vec::new()).collect();
-    for (k, t) in tiles.into_iter().enumerate() {
+    let mut groups: Vec<Vec<T>> = (0..threads).map(|_| Vec::new()).collect();
+    for (k, t) in items.into_iter().enumerate() {
         groups[k % threads].push(t);
     }
     std::thread::scope(|scope| {

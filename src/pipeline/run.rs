@@ -1222,14 +1222,8 @@ fn finish(
     let use_validation = !spec.data.validation.is_empty() && !matches!(lambda, LambdaChoice::Fixed(_));
     let c = solved.ridge.outputs();
     let gcv = solved.ridge.gcv(&solved.labeled);
-    let mut lambdas = match (&lambda, &gcv) {
-        (LambdaChoice::Gcv { per_output: true }, Some(g)) => g.chosen_per_output.iter().map(|&i| g.grid[i]).collect(),
-        (LambdaChoice::Gcv { .. }, Some(g)) => vec![g.grid[g.chosen_shared]; c],
-        (LambdaChoice::Fixed(l), _) => vec![*l; c],
-        (LambdaChoice::Gcv { .. }, None) => {
-            return Err(Error::Internal("GCV asked of a path without a spectrum".into()))
-        }
-    };
+    let mut lambdas =
+        lambda.pick(gcv.as_ref(), c).ok_or_else(|| Error::Internal("GCV asked of a path without a spectrum".into()))?;
     let mut validation = None;
     if use_validation {
         let (table, chosen) = validate(spec, &pipeline, classes.as_ref(), &solved, say)?;
