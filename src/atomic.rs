@@ -12,7 +12,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Location, Result};
 
 /// A file being written to a temporary name.
 #[derive(Debug)]
@@ -51,6 +51,61 @@ fn resolve(path: &Path) -> Option<PathBuf> {
     }
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     Some(std::fs::canonicalize(dir).ok()?.join(path.file_name()?))
+}
+
+/// Opens a file this run reads, after registering it as an input. Everything that is not a
+/// regular file is refused up front with a user error (exit 2) naming the path: a FIFO or
+/// device would block or stream forever, a directory or symlink loop cannot be read. One
+/// check for every input: Parquet files, models, statistics parts and pipeline files.
+pub fn open_input(path: &Path) -> Result<File> {
+    let file = open_regular(path)?;
+    register_input(path);
+    Ok(file)
+}
+
+/// Opens a regular file this run reads and will itself replace (its own checkpoint):
+/// the same refusals as [`open_input`], without registering it as an input.
+pub fn open_own(path: &Path) -> Result<File> {
+    open_regular(path)
+}
+
+fn open_regular(path: &Path) -> Result<File> {
+    let refuse = |message: String| Error::Data { location: Location::file(path), message };
+    let meta = std::fs::metadata(path).map_err(|e| refuse(open_failure(&e)))?;
+    if !meta.is_file() {
+        let kind = if meta.is_dir() { "a directory" } else { "not a regular file (a FIFO, socket or device)" };
+        return Err(refuse(format!("{kind}; give the path of a regular file")));
+    }
+    File::open(path).map_err(|e| refuse(open_failure(&e)))
+}
+
+/// Reads a whole input file through [`open_input`].
+pub fn read_input(path: &Path) -> Result<Vec<u8>> {
+    read_all(open_input(path)?, path)
+}
+
+/// Reads a whole file through [`open_own`].
+pub fn read_own(path: &Path) -> Result<Vec<u8>> {
+    read_all(open_own(path)?, path)
+}
+
+fn read_all(mut file: File, path: &Path) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).map_err(|e| Error::io(path, e))?;
+    Ok(bytes)
+}
+
+fn open_failure(e: &std::io::Error) -> String {
+    // ELOOP has no stable `ErrorKind` yet; Linux and the BSDs/macOS number it 40 and 62.
+    let is_loop = matches!(e.raw_os_error(), Some(40) if cfg!(target_os = "linux"))
+        || matches!(e.raw_os_error(), Some(62) if cfg!(target_vendor = "apple"));
+    match e.kind() {
+        std::io::ErrorKind::NotFound => "file not found".into(),
+        std::io::ErrorKind::PermissionDenied => "permission denied; make the file readable".into(),
+        _ if is_loop => "a symlink loop; point the link at a real file".into(),
+        _ => format!("cannot open ({e})"),
+    }
 }
 
 /// Records that this process reads `path`, so no output may replace it.
@@ -113,11 +168,13 @@ impl AtomicFile {
     }
 
     /// The open temporary file.
+    #[allow(clippy::expect_used)] // Invariant: the handle is only taken by `take_file`/`commit`, which callers use last.
     pub fn file(&mut self) -> &mut File {
         self.file.as_mut().expect("file is open until commit")
     }
 
     /// Takes the file handle out (for writers that own it); `commit` still renames.
+    #[allow(clippy::expect_used)] // Invariant: the handle is only taken once, by the writer that owns it.
     pub fn take_file(&mut self) -> File {
         self.file.take().expect("file is open until commit")
     }

@@ -8,6 +8,7 @@
 //! The math of every stage is in `design/math.md`.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod chol;
 pub mod error;

@@ -4,7 +4,7 @@
 //! (`__metadata__["sketchfit"]`) with the spec, classes, columns and format version.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use safetensors::tensor::{SafeTensors, TensorView};
 use safetensors::Dtype;
@@ -153,6 +153,8 @@ pub struct Model {
     pub eigenvalues: Vec<f64>,
     /// One entry per [`ModelHeader::projections`].
     pub projections: Vec<Projection>,
+    /// The file it was loaded from, so every later error about it names that file.
+    pub origin: Option<PathBuf>,
 }
 
 fn fnv1a(hash: &mut u64, bytes: &[u8]) {
@@ -167,12 +169,13 @@ fn f64_bytes(v: &[f64]) -> Vec<u8> {
 }
 
 fn f64_from(bytes: &[u8]) -> Vec<f64> {
-    bytes.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes"))).collect()
+    bytes.chunks_exact(8).map(|c| f64::from_le_bytes(std::array::from_fn(|i| c[i]))).collect()
 }
 
 impl Model {
     /// Scores `f(x) = Wᵀz(x) + b` for a chunk (`rows × c`, f64). `z` is scratch of
     /// `rows × D` f32 features, returned filled.
+    #[allow(clippy::expect_used)] // Invariant: `from_bytes` checked `weights` holds dim × c values.
     pub fn scores(&self, x: &[f32], rows: usize, z: &mut Vec<f32>, threads: usize) -> Vec<f64> {
         let (dim, c) = (self.header.dim, self.header.outputs);
         z.resize(rows * dim, 0.0);
@@ -194,6 +197,7 @@ impl Model {
     }
 
     /// PCA features `p(x)` for a chunk (`rows × ΣE`), the blocks concatenated.
+    #[allow(clippy::expect_used)] // Invariant: `from_bytes` checked each basis holds len × E values.
     pub fn transform(&self, x: &[f32], rows: usize, z: &mut Vec<f32>, threads: usize) -> Vec<f64> {
         let dim = self.header.dim;
         z.resize(rows * dim, 0.0);
@@ -299,17 +303,18 @@ impl Model {
         crate::atomic::write_bytes(path, &bytes)
     }
 
+    /// An error about this model, naming the file it came from.
+    pub fn refuse(&self, message: impl Into<String>) -> Error {
+        let path = self.origin.clone().unwrap_or_else(|| PathBuf::from("(model in memory)"));
+        Error::BadModel { path, message: message.into() }
+    }
+
     /// Loads and checks a model file.
     pub fn load(path: &Path) -> Result<Model> {
-        crate::atomic::register_input(path);
-        let bytes = std::fs::read(path).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                Error::BadModel { path: path.into(), message: "model file not found".into() }
-            } else {
-                Error::io(path, e)
-            }
-        })?;
-        Self::from_bytes(&bytes).map_err(|message| Error::BadModel { path: path.into(), message })
+        let bytes = crate::atomic::read_input(path)?;
+        let mut model = Self::from_bytes(&bytes).map_err(|message| Error::BadModel { path: path.into(), message })?;
+        model.origin = Some(path.to_path_buf());
+        Ok(model)
     }
 
     /// Parses a model file's bytes.
@@ -370,11 +375,11 @@ impl Model {
                 let t = st.tensor(n).map_err(|e| e.to_string())?;
                 let data = match t.dtype() {
                     Dtype::U32 => ParamData::U32(
-                        t.data().chunks_exact(4).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes"))).collect(),
+                        t.data().chunks_exact(4).map(|b| u32::from_le_bytes(std::array::from_fn(|i| b[i]))).collect(),
                     ),
                     Dtype::I8 => ParamData::I8(t.data().iter().map(|&b| b as i8).collect()),
                     Dtype::F32 => ParamData::F32(
-                        t.data().chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes"))).collect(),
+                        t.data().chunks_exact(4).map(|b| f32::from_le_bytes(std::array::from_fn(|i| b[i]))).collect(),
                     ),
                     other => return Err(format!("array '{n}' has unsupported type {other:?}")),
                 };
@@ -399,7 +404,7 @@ impl Model {
         if pipeline.output_dim() != dim {
             return Err(format!("stages give {} features but the weights have {dim}", pipeline.output_dim()));
         }
-        Ok(Model { header, pipeline, weights, bias, mean, eigenvalues, projections })
+        Ok(Model { header, pipeline, weights, bias, mean, eigenvalues, projections, origin: None })
     }
 }
 

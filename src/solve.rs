@@ -262,6 +262,7 @@ pub struct RidgeFit {
 }
 
 /// `C = Aᵀ B` for row-major `A: n × p`, `B: n × q`.
+#[allow(clippy::expect_used)] // Invariant: callers pass slices of exactly n × p and n × q.
 fn at_b(a: &[f64], b: &[f64], n: usize, p: usize, q: usize) -> Vec<f64> {
     let a = ndarray::ArrayView2::from_shape((n, p), a).expect("shape");
     let b = ndarray::ArrayView2::from_shape((n, q), b).expect("shape");
@@ -269,6 +270,7 @@ fn at_b(a: &[f64], b: &[f64], n: usize, p: usize, q: usize) -> Vec<f64> {
 }
 
 /// `C = A B` for row-major `A: n × p`, `B: p × q`.
+#[allow(clippy::expect_used)] // Invariant: callers pass slices of exactly n × p and p × q.
 fn a_b(a: &[f64], b: &[f64], n: usize, p: usize, q: usize) -> Vec<f64> {
     let a = ndarray::ArrayView2::from_shape((n, p), a).expect("shape");
     let b = ndarray::ArrayView2::from_shape((p, q), b).expect("shape");

@@ -7,7 +7,6 @@
 //! names its file, row group, row and column.
 
 use std::collections::BTreeSet;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use arrow_array::cast::AsArray;
@@ -217,6 +216,20 @@ pub fn expand_paths(patterns: &[PathBuf]) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
+/// The type a label's values have: a dictionary-encoded column (pandas categoricals,
+/// Arrow dictionaries) is read as its values, so it is labelled like the plain column.
+fn label_values(t: &DataType) -> &DataType {
+    match t {
+        DataType::Dictionary(_, values) => values,
+        t => t,
+    }
+}
+
+fn is_label_type(t: &DataType) -> bool {
+    let v = label_values(t);
+    v.is_integer() || matches!(v, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
+}
+
 fn is_numeric(t: &DataType) -> bool {
     t.is_integer() || t.is_floating()
 }
@@ -228,14 +241,7 @@ fn describe_columns(schema: &Schema) -> String {
 }
 
 fn open_file(path: &Path) -> Result<InputFile> {
-    let file = File::open(path).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound {
-            Error::data(Location::file(path), "file not found")
-        } else {
-            Error::io(path, e)
-        }
-    })?;
-    crate::atomic::register_input(path);
+    let file = crate::atomic::open_input(path)?;
     let meta = ArrowReaderMetadata::load(&file, ArrowReaderOptions::new())
         .map_err(|source| Error::Parquet { location: Location::file(path), source })?;
     Ok(InputFile { path: path.to_path_buf(), meta })
@@ -323,7 +329,7 @@ impl Dataset {
             })?;
             let t = field.data_type();
             let ok = match *role {
-                "label" => t.is_integer() || matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View),
+                "label" => is_label_type(t),
                 "target" => is_numeric(t),
                 _ => true,
             };
@@ -410,7 +416,7 @@ impl Dataset {
     ) -> Result<impl Iterator<Item = Result<RecordBatch>> + use<'_>> {
         let file = &self.files[unit.file];
         let loc = Location::file(&file.path).row_group(unit.row_group);
-        let handle = File::open(&file.path).map_err(|e| Error::io(&file.path, e))?;
+        let handle = crate::atomic::open_input(&file.path)?;
         let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(handle, file.meta.clone())
             .with_projection(self.projection(file, names))
             .with_row_groups(vec![unit.row_group])
@@ -512,7 +518,7 @@ impl Dataset {
             .label
             .as_deref()
             .ok_or_else(|| Error::config("pipeline", "data.label", "classification needs a label column"))?;
-        let is_int = self.files[0].field(name).is_some_and(|f| f.data_type().is_integer());
+        let is_int = self.files[0].field(name).is_some_and(|f| label_values(f.data_type()).is_integer());
         let mut ints = BTreeSet::new();
         let mut strs = BTreeSet::new();
         for unit in self.units() {
@@ -644,7 +650,7 @@ fn resolve_features(first: &InputFile, spec: &ColumnSpec) -> Result<ResolvedFeat
 
 fn first_list_len(file: &InputFile, name: &str) -> Result<usize> {
     let loc = Location::file(&file.path).row_group(0).column(name);
-    let handle = File::open(&file.path).map_err(|e| Error::io(&file.path, e))?;
+    let handle = crate::atomic::open_input(&file.path)?;
     let idx = file.schema().fields().iter().position(|f| f.name() == name).unwrap_or(0);
     let mut reader = ParquetRecordBatchReaderBuilder::new_with_metadata(handle, file.meta.clone())
         .with_projection(ProjectionMask::roots(file.meta.parquet_schema(), [idx]))

@@ -371,6 +371,7 @@ impl GramStats {
         self.add_rows(z, y, rows, threads, precision)
     }
 
+    #[allow(clippy::expect_used)] // Invariant: a block holds nb × dim features by construction of the chunk loop.
     fn add_rows<T: Copy + Into<f64> + Sync>(
         &mut self,
         z: &[T],
@@ -696,7 +697,7 @@ fn f64_bytes(v: &[f64]) -> Vec<u8> {
 }
 
 fn f64_from(bytes: &[u8]) -> Vec<f64> {
-    bytes.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes"))).collect()
+    bytes.chunks_exact(8).map(|c| f64::from_le_bytes(std::array::from_fn(|i| c[i]))).collect()
 }
 
 /// FNV-1a 64 over byte slices, hex: the checksum of statistics and model files.

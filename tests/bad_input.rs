@@ -675,3 +675,90 @@ fn a_mistyped_value_names_its_key_not_its_section() {
         train_fails(&dir, &p, &[&format!("{key}:")]);
     }
 }
+
+#[test]
+fn a_mistyped_data_value_names_its_key() {
+    let dir = TempDir::new("typed-data-key");
+    write_parquet(&dir.path("t.parquet"), good_columns(30), 20);
+    let p = pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", "");
+    let out =
+        sketchfit(&["train", &p, "-o", dir.path("m.sfm").to_str().unwrap(), "-q", "--set", "data.train=t.parquet"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("data.train:"), "{}", stderr(&out));
+}
+
+#[cfg(unix)]
+#[test]
+fn fifos_directories_and_symlink_loops_are_refused_not_waited_on() {
+    let dir = TempDir::new("non-regular");
+    write_parquet(&dir.path("t.parquet"), good_columns(60), 20);
+    let fifo = dir.path("f.parquet");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo runs");
+    assert!(made.success());
+    std::os::unix::fs::symlink(dir.path("b.parquet"), dir.path("a.parquet")).unwrap();
+    std::os::unix::fs::symlink(dir.path("a.parquet"), dir.path("b.parquet")).unwrap();
+    std::fs::create_dir(dir.path("d.parquet")).unwrap();
+    for (name, needle) in
+        [("f.parquet", "not a regular file"), ("a.parquet", "symlink loop"), ("d.parquet", "a directory")]
+    {
+        let p = pipeline(&dir, &[name], "features = [\"a\", \"b\"]", "");
+        // A FIFO opened for reading would block this test forever: the refusal comes first.
+        train_fails(&dir, &p, &[name, needle]);
+    }
+    let p = pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", "");
+    let model = dir.path("m.sfm");
+    assert_eq!(sketchfit(&["train", &p, "-o", model.to_str().unwrap(), "-q"]).status.code(), Some(0));
+    let (f, t, x) = (fifo.to_str().unwrap(), dir.path("t.parquet"), dir.path("x.out"));
+    let (t, x) = (t.to_str().unwrap(), x.to_str().unwrap());
+    for args in [
+        vec!["predict", f, "-i", t, "-o", x],
+        vec!["inspect", f],
+        vec!["train", f, "-o", x],
+        vec!["solve", &p, f, "-o", x],
+    ] {
+        let out = sketchfit(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains("f.parquet") && stderr(&out).contains("not a regular file"), "{}", stderr(&out));
+    }
+}
+
+#[test]
+fn a_transform_error_names_the_model_file() {
+    let dir = TempDir::new("transform-path");
+    write_parquet(&dir.path("t.parquet"), good_columns(60), 20);
+    let p = pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", "");
+    let model = dir.path("nopca.sfm");
+    assert_eq!(sketchfit(&["train", &p, "-o", model.to_str().unwrap(), "-q"]).status.code(), Some(0));
+    let t = dir.path("t.parquet");
+    let x = dir.path("x.parquet");
+    let out = sketchfit(&["transform", model.to_str().unwrap(), "-i", t.to_str().unwrap(), "-o", x.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("nopca.sfm") && stderr(&out).contains("no PCA projection"), "{}", stderr(&out));
+}
+
+#[test]
+fn dictionary_encoded_labels_train_like_plain_ones() {
+    use arrow_array::types::Int32Type;
+    use arrow_array::DictionaryArray;
+    let dir = TempDir::new("dict-label");
+    let names = ["cat", "dog", "eel"];
+    let plain: Vec<&str> = (0..60).map(|i| names[i % 3]).collect();
+    let mut cols = good_columns(60);
+    cols[2] = ("label", Arc::new(StringArray::from(plain.clone())));
+    write_parquet(&dir.path("s.parquet"), cols, 20);
+    let mut cols = good_columns(60);
+    cols[2] = ("label", Arc::new(plain.iter().copied().collect::<DictionaryArray<Int32Type>>()));
+    write_parquet(&dir.path("d.parquet"), cols, 20);
+    let mut inspected = Vec::new();
+    for f in ["s", "d"] {
+        let p = pipeline(&dir, &[&format!("{f}.parquet")], "features = [\"a\", \"b\"]", "");
+        let model = dir.path(&format!("{f}.sfm"));
+        let out = sketchfit(&["train", &p, "-o", model.to_str().unwrap(), "-q"]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let ev = sketchfit(&["evaluate", model.to_str().unwrap(), "-i", dir.path("d.parquet").to_str().unwrap()]);
+        assert_eq!(ev.status.code(), Some(0), "{}", stderr(&ev));
+        inspected.push((stdout(&sketchfit(&["inspect", model.to_str().unwrap(), "--json"])), stdout(&ev)));
+    }
+    assert!(inspected[1].0.contains("\"dog\""), "{}", inspected[1].0);
+    assert_eq!(inspected[0].1, inspected[1].1, "the same evaluation from either encoding");
+}

@@ -64,6 +64,7 @@ struct Sample<'a> {
     exact: &'a [f64],
 }
 
+#[allow(clippy::expect_used)] // Invariant: the sample's features are n × dim by construction.
 fn measure(spec: &StageSpec, index: usize, sample: &Sample, seeds: usize, base_seed: u64) -> StageError {
     let Sample { x, n, d, exact } = *sample;
     let w2 = spec.weight() * spec.weight();

@@ -123,7 +123,11 @@ pub fn evaluate(
         match (&h.task, &h.classes) {
             (Task::Classification, Some(classes)) => {
                 let loc = ch.location.clone().column(h.label.clone().unwrap_or_default());
-                let truth = classes.encode(ch.labels.as_ref().expect("label column read"), &loc)?;
+                let labels = ch
+                    .labels
+                    .as_ref()
+                    .ok_or_else(|| Error::Internal("classification model read no label column".into()))?;
+                let truth = classes.encode(labels, &loc)?;
                 for (t, p) in truth.iter().zip(model.classify(&scores)) {
                     confusion[*t as usize][p] += 1;
                 }
@@ -281,10 +285,9 @@ pub fn predict(model: &Model, inputs: &[PathBuf], output: &Path, opts: &PredictO
 pub fn transform(model: &Model, inputs: &[PathBuf], output: &Path, opts: &PredictOptions) -> Result<u64> {
     let e: usize = model.header.projections.iter().map(|p| p.components).sum();
     if e == 0 {
-        return Err(Error::BadModel {
-            path: PathBuf::from("model"),
-            message: "the model has no PCA projection (it was trained without [pca]); nothing to transform".into(),
-        });
+        return Err(
+            model.refuse("the model has no PCA projection (it was trained without [pca]); nothing to transform")
+        );
     }
     let ds = open_for(model, inputs, false, &opts.keep)?;
     let mut fields = kept_fields(&ds, &opts.keep)?;

@@ -87,6 +87,7 @@ fn available_memory() -> Option<u64> {
 }
 
 impl Prepared {
+    #[allow(clippy::expect_used)] // Invariant: units are marked unlabeled only when unlabeled inputs were opened.
     fn dataset(&self, unlabeled: bool) -> &Dataset {
         if unlabeled {
             self.unlabeled.as_ref().expect("unlabeled units come from the unlabeled inputs")
@@ -248,7 +249,11 @@ fn prepass_sample(
     let mut res = Reservoir::new(n, d, spec.run.seed, u64::MAX);
     for &i in &take {
         let w = work[i];
-        let ds = if w.unlabeled { unlabeled.expect("unlabeled inputs") } else { labeled };
+        let ds = match (w.unlabeled, unlabeled) {
+            (true, Some(u)) => u,
+            (true, None) => return Err(Error::Internal("unlabeled work unit without unlabeled inputs".into())),
+            (false, _) => labeled,
+        };
         ds.read_unit(w.unit, spec.run.chunk_rows, &mut |ch: Chunk| {
             check(&ch)?;
             res.offer(&ch.x, ch.rows);
@@ -548,6 +553,7 @@ fn fit_pca(spec: &PipelineSpec, stats: &GramStats, components: Components) -> Re
 }
 
 /// `p(x) = [Ū_iᵀ(z_i − z̄_i)]_i` for a chunk of features (`rows × ΣE_i`, f64).
+#[allow(clippy::expect_used)] // Invariant: the fitted basis is len × E by construction (`Pca::fit*`).
 fn project(pcas: &[StagePca], z: &[f32], rows: usize, dim: usize) -> Vec<f64> {
     let total: usize = pcas.iter().map(|p| p.e).sum();
     let mut out = vec![0.0; rows * total];
@@ -575,7 +581,8 @@ fn targets(prep: &Prepared, spec: &PipelineSpec, ch: &Chunk, unlabeled_input: bo
     }
     match &prep.classes {
         Some(k) => {
-            let labels = ch.labels.as_ref().expect("label column is read for classification");
+            let labels =
+                ch.labels.as_ref().ok_or_else(|| Error::Internal("classification run read no label column".into()))?;
             let loc = ch.location.clone().column(spec.data.label.clone().unwrap_or_default());
             let codes = k.encode_opt(labels, &loc)?;
             let mask: Vec<bool> = codes.iter().map(Option::is_some).collect();
@@ -634,7 +641,7 @@ impl Checkpointer<'_> {
 fn load_checkpoint(path: &Path, fingerprint: &str) -> Result<(State, Vec<usize>)> {
     let bad = |message: String| Error::BadModel { path: path.into(), message };
     // Callers resume only from a checkpoint that exists; the shared reader names any other fault.
-    let (blocks, meta, _) = read_stats(path)?;
+    let (blocks, meta, _) = read_stats(path, false)?;
     let meta: CheckpointMeta = serde_json::from_value(meta).map_err(|e| bad(format!("bad checkpoint header: {e}")))?;
     if meta.kind != "checkpoint" {
         return Err(bad("not a checkpoint".into()));
@@ -1093,6 +1100,7 @@ fn centred_features(solved: &Solved, z: &[f32], rows: usize, dim: usize) -> (Vec
     (centred, width)
 }
 
+#[allow(clippy::expect_used)] // Invariant: `q` is rows × qw by construction just above.
 fn validate(
     spec: &PipelineSpec,
     prep_pipeline: &FeaturePipeline,
@@ -1125,7 +1133,9 @@ fn validate(
         let (truth, y): (Vec<u32>, Vec<f64>) = match classes {
             Some(cl) => {
                 let loc = ch.location.clone().column(spec.data.label.clone().unwrap_or_default());
-                let t = cl.encode(ch.labels.as_ref().expect("labels"), &loc)?;
+                let labels =
+                    ch.labels.as_ref().ok_or_else(|| Error::Internal("validation read no label column".into()))?;
+                let t = cl.encode(labels, &loc)?;
                 let mut y = Vec::new();
                 encode_targets(&t, c, &mut y);
                 (t, y)
@@ -1277,7 +1287,16 @@ fn finish(
         projections: infos,
         solver: Some(solved.path.name().to_string()),
     };
-    Ok(Model { header, pipeline, weights, bias, mean, eigenvalues: solved.eigenvalues, projections: projs })
+    Ok(Model {
+        header,
+        pipeline,
+        weights,
+        bias,
+        mean,
+        eigenvalues: solved.eigenvalues,
+        projections: projs,
+        origin: None,
+    })
 }
 
 /// Trains in one process: prepare, every pass over every unit (with checkpoints and
@@ -1395,15 +1414,10 @@ fn pass_one() -> u32 {
 /// A statistics file: its named blocks, its meta value and its bytes.
 type StatsFile = (Vec<(String, GramStats)>, serde_json::Value, Vec<u8>);
 
-fn read_stats(path: &Path) -> Result<StatsFile> {
+/// `input`: a file this run only reads (parts), as opposed to its own checkpoint.
+fn read_stats(path: &Path, input: bool) -> Result<StatsFile> {
     let bad = |message: String| Error::BadModel { path: path.into(), message };
-    let bytes = std::fs::read(path).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound {
-            bad("statistics file not found".into())
-        } else {
-            Error::io(path, e)
-        }
-    })?;
+    let bytes = if input { crate::atomic::read_input(path)? } else { crate::atomic::read_own(path)? };
     let (blocks, meta) = stats_from_bytes(&bytes).map_err(bad)?;
     Ok((blocks, meta, bytes))
 }
@@ -1411,8 +1425,7 @@ fn read_stats(path: &Path) -> Result<StatsFile> {
 /// The merged pass-one statistics of a sharded two-pass run.
 fn load_pass1(path: &Path, fingerprint: Option<&str>) -> Result<(Vec<GramStats>, PartMeta, String)> {
     let bad = |message: String| Error::BadModel { path: path.into(), message };
-    crate::atomic::register_input(path);
-    let (blocks, meta, bytes) = read_stats(path)?;
+    let (blocks, meta, bytes) = read_stats(path, true)?;
     let meta: PartMeta =
         serde_json::from_value(meta).map_err(|e| bad(format!("not merged pass-one statistics: {e}")))?;
     if meta.kind != "pass1" {
@@ -1525,8 +1538,7 @@ pub fn solve_parts(
     let mut loaded: Vec<(PathBuf, PartMeta, State)> = Vec::new();
     for path in parts {
         let bad = |message: String| Error::BadModel { path: path.clone(), message };
-        crate::atomic::register_input(path);
-        let (blocks, meta, _) = read_stats(path)?;
+        let (blocks, meta, _) = read_stats(path, true)?;
         let meta: PartMeta = serde_json::from_value(meta).map_err(|e| bad(format!("not a shard's statistics: {e}")))?;
         if meta.kind != "shard" {
             return Err(bad("not a shard's statistics".into()));

@@ -251,13 +251,11 @@ impl PipelineSpec {
     /// Reads and validates a pipeline file with `--set` overrides (`key=value`).
     pub fn load(path: &Path, overrides: &[String]) -> Result<PipelineSpec> {
         let name = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                Error::config(&name, "-", "pipeline file not found")
-            } else {
-                Error::io(path, e)
-            }
+        let bytes = crate::atomic::read_input(path).map_err(|e| match e {
+            Error::Data { message, .. } => Error::config(&name, "-", format!("pipeline file: {message}")),
+            other => other,
         })?;
+        let text = String::from_utf8(bytes).map_err(|_| Error::config(&name, "-", "not UTF-8 text"))?;
         let mut table: toml::Table =
             text.parse().map_err(|e: toml::de::Error| Error::config(&name, "-", format!("not valid TOML: {e}")))?;
         let base = path.parent().unwrap_or(Path::new("."));
@@ -282,22 +280,23 @@ impl PipelineSpec {
         fn section<T: serde::de::DeserializeOwned + Default>(t: &mut toml::Table, key: &str, file: &str) -> Result<T> {
             match t.remove(key) {
                 None => Ok(T::default()),
-                Some(v) => v.clone().try_into().map_err(|e: toml::de::Error| {
-                    // Name the key, not just the section: try the keys one at a time and
-                    // report the first that fails on its own.
-                    if let toml::Value::Table(inner) = &v {
-                        for (k, kv) in inner {
-                            let one = toml::Value::Table(toml::Table::from_iter([(k.clone(), kv.clone())]));
-                            if let Err(e1) = one.try_into::<T>() {
-                                if !e1.message().starts_with("missing field") {
-                                    return Error::config(file, format!("{key}.{k}"), e1.message().to_string());
-                                }
-                            }
+                Some(v) => v.clone().try_into().map_err(|e: toml::de::Error| keyed::<T>(&v, key, file, &e)),
+            }
+        }
+        // Names the key, not just the section: tries the keys one at a time and reports the
+        // first that fails on its own.
+        fn keyed<T: serde::de::DeserializeOwned>(v: &toml::Value, key: &str, file: &str, e: &toml::de::Error) -> Error {
+            if let toml::Value::Table(inner) = v {
+                for (k, kv) in inner {
+                    let one = toml::Value::Table(toml::Table::from_iter([(k.clone(), kv.clone())]));
+                    if let Err(e1) = one.try_into::<T>() {
+                        if !e1.message().starts_with("missing field") {
+                            return Error::config(file, format!("{key}.{k}"), e1.message().to_string());
                         }
                     }
-                    Error::config(file, key, e.message().to_string())
-                }),
+                }
             }
+            Error::config(file, key, e.message().to_string())
         }
         let task: Task = match table.remove("task") {
             None => Task::default(),
@@ -313,9 +312,7 @@ impl PipelineSpec {
         };
         let data: DataSpec = match table.remove("data") {
             None => return Err(Error::config(file, "data", "missing; [data] needs at least train = [\"…\"]")),
-            Some(v) => {
-                v.try_into().map_err(|e: toml::de::Error| Error::config(file, "data", e.message().to_string()))?
-            }
+            Some(v) => v.clone().try_into().map_err(|e: toml::de::Error| keyed::<DataSpec>(&v, "data", file, &e))?,
         };
         let stages = match table.remove("stages") {
             None => Vec::new(),

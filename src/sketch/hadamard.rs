@@ -129,6 +129,7 @@ impl FeatureMap for GaussianProjection {
     fn output_dim(&self) -> usize {
         self.e
     }
+    #[allow(clippy::expect_used)] // Invariant: the views' lengths are the caller's rows × d_in and the fitted d_in × E.
     fn map(&self, x: &[f32], rows: usize, out: &mut [f32]) {
         let a = ndarray::ArrayView2::from_shape((rows, self.d_in), &x[..rows * self.d_in]).expect("shape");
         let b = ndarray::ArrayView2::from_shape((self.d_in, self.e), &self.at).expect("shape");

@@ -252,6 +252,7 @@ impl FeatureMap for RandomMaclaurin {
     fn output_dim(&self) -> usize {
         self.exact_dim() + self.orders.len()
     }
+    #[allow(clippy::expect_used)] // Invariant: the views' lengths are rows × d and the drawn d × total signs.
     fn map(&self, x: &[f32], rows: usize, out: &mut [f32]) {
         let (d, dz, ex) = (self.d, self.output_dim(), self.exact_dim());
         if self.h01 {

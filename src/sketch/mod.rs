@@ -1218,6 +1218,7 @@ fn tree_params(prefix: &str, t: &RecursiveTensorSketch) -> Vec<ParamArray> {
     v.into_iter().map(|p| p.prefixed(prefix)).collect()
 }
 
+#[allow(clippy::expect_used)] // Invariant: the tree consumes Σ⌊width/2⌋·2 ≤ 2(K−1) node sketches, and 2(K−1) were read above.
 fn tree_from(p: &Params, prefix: &str, n: usize, k: usize, m: usize) -> PResult<RecursiveTensorSketch> {
     let sub = p.sub(prefix);
     let p = Params(&sub);
@@ -1423,6 +1424,7 @@ fn maclaurin_from(
     Ok(RandomMaclaurin::from_parts(kernel, d, h01, orders, proj, eta))
 }
 
+#[allow(clippy::expect_used)] // Invariant: the tree consumes Σ⌊width/2⌋·2 ≤ 2(K−1) node sketches, and 2(K−1) were read above.
 fn recursive_from(degree: u32, gamma: f64, offset: f64, d: usize, m: usize, p: &Params) -> PResult<RecursivePoly> {
     let n = d + usize::from(offset > 0.0);
     let k = degree as usize;

@@ -99,6 +99,7 @@ impl RecursiveTensorSketch {
     }
 
     /// `T(u_0, …, u_{k-1})` into `out` (length `m`); `inputs(i)` gives `u_i`, `i < k`.
+    #[allow(clippy::expect_used)] // Invariant: every buffer is sized from the planned FFT length m, so the transform cannot fail.
     pub fn sketch<'a>(&self, inputs: impl Fn(usize) -> &'a [f32], s: &mut RtsScratch, out: &mut [f32]) {
         let m = self.m;
         for (i, leaf) in self.leaves.iter().enumerate() {

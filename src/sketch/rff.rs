@@ -87,6 +87,7 @@ impl FeatureMap for Rff {
             RffVariant::Cos => self.freqs(),
         }
     }
+    #[allow(clippy::expect_used)] // Invariant: the views' lengths are the block's rows × d and the drawn d × f frequencies.
     fn map(&self, x: &[f32], rows: usize, out: &mut [f32]) {
         let (d, f, dz) = (self.d, self.freqs(), self.output_dim());
         // Project a block of rows at a time so the scratch stays small.

@@ -99,6 +99,7 @@ impl FeatureMap for TensorSketch {
         self.dim
     }
 
+    #[allow(clippy::expect_used)] // Invariant: every buffer is sized from the planned FFT length D, so the transform cannot fail.
     fn map(&self, x: &[f32], rows: usize, out: &mut [f32]) {
         let (d, dim) = (self.d, self.dim);
         if self.sketches.len() == 1 {
