@@ -11,6 +11,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod chol;
+pub mod container;
 pub mod error;
 pub mod rng;
 pub mod sketch;
@@ -22,6 +23,5 @@ pub mod tridiag;
 
 pub use error::{Error, Result};
 pub mod atomic;
-pub mod cli;
 pub mod model;
 pub mod pipeline;

@@ -3,13 +3,11 @@
 //! feature mean and eigenvalue spectrum (for `inspect`), and a JSON header
 //! (`__metadata__["sketchfit"]`) with the spec, classes, columns and format version.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use safetensors::tensor::{SafeTensors, TensorView};
-use safetensors::Dtype;
 use serde::{Deserialize, Serialize};
 
+use crate::container::{ContainerError, Dtype};
 use crate::error::{Error, Result};
 use crate::pipeline::spec::Task;
 use crate::sketch::{FeaturePipeline, ParamArray, ParamData, Stage, StageSpec};
@@ -157,19 +155,8 @@ pub struct Model {
     pub origin: Option<PathBuf>,
 }
 
-fn fnv1a(hash: &mut u64, bytes: &[u8]) {
-    for &b in bytes {
-        *hash ^= u64::from(b);
-        *hash = hash.wrapping_mul(0x100_0000_01b3);
-    }
-}
-
 fn f64_bytes(v: &[f64]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-fn f64_from(bytes: &[u8]) -> Vec<f64> {
-    bytes.chunks_exact(8).map(|c| f64::from_le_bytes(std::array::from_fn(|i| c[i]))).collect()
 }
 
 impl Model {
@@ -276,30 +263,26 @@ impl Model {
         out
     }
 
-    /// The model file's bytes.
+    /// The model file's bytes (read back before they are returned).
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
-        let arrays = self.arrays();
+        let arrays = self
+            .arrays()
+            .into_iter()
+            .map(|(name, dtype, shape, bytes)| crate::container::Array { name, dtype, shape, bytes })
+            .collect();
         let mut header = self.header.clone();
         header.version = FORMAT_VERSION;
-        header.checksum = String::new();
-        let hash = header_checksum(&header, arrays.iter().map(|a| a.3.as_slice()))?;
-        header.checksum = hash;
-        let json = serde_json::to_string(&header).map_err(|e| Error::Internal(format!("model header: {e}")))?;
-        let views = arrays
-            .iter()
-            .map(|(name, dtype, shape, bytes)| TensorView::new(*dtype, shape.clone(), bytes).map(|v| (name.clone(), v)))
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(|e| Error::Numerical(format!("model arrays: {e}")))?;
-        let meta = HashMap::from([("sketchfit".to_string(), json)]);
-        safetensors::serialize(views, Some(meta)).map_err(|e| Error::Numerical(format!("model file: {e}")))
+        let bytes = crate::container::encode(&header, arrays)?;
+        // The container checked the header and arrays; this checks the stages rebuild.
+        Model::from_bytes(&bytes)
+            .map_err(|e| Error::Internal(format!("the model just built does not load back: {e}")))?;
+        Ok(bytes)
     }
 
     /// Saves atomically (temporary name, then rename), after reading the bytes back: a
     /// model that would not load is never written.
     pub fn save(&self, path: &Path) -> Result<()> {
         let bytes = self.to_bytes()?;
-        Model::from_bytes(&bytes)
-            .map_err(|m| Error::Internal(format!("the model just built does not load back: {m}")))?;
         crate::atomic::write_bytes(path, &bytes)
     }
 
@@ -312,88 +295,52 @@ impl Model {
     /// Loads and checks a model file.
     pub fn load(path: &Path) -> Result<Model> {
         let bytes = crate::atomic::read_input(path)?;
-        let mut model = Self::from_bytes(&bytes).map_err(|message| Error::BadModel { path: path.into(), message })?;
+        let mut model =
+            Self::from_bytes(&bytes).map_err(|e| Error::BadModel { path: path.into(), message: e.to_string() })?;
         model.origin = Some(path.to_path_buf());
         Ok(model)
     }
 
-    /// Parses a model file's bytes.
-    pub fn from_bytes(bytes: &[u8]) -> std::result::Result<Model, String> {
-        let not_ours = "not a sketchfit model file (no sketchfit header)";
-        let (_, meta) = SafeTensors::read_metadata(bytes).map_err(|e| format!("not a safetensors file: {e}"))?;
-        let json = meta.metadata().as_ref().and_then(|m| m.get("sketchfit")).ok_or(not_ours)?;
-        let header: ModelHeader = serde_json::from_str(json).map_err(|e| format!("bad model header: {e}"))?;
-        if header.format != FORMAT_NAME {
-            return Err(not_ours.into());
-        }
-        if !(OLDEST_READ..=FORMAT_VERSION).contains(&header.version) {
-            return Err(format!(
-                "model format version {} is not supported by this sketchfit (reads versions {OLDEST_READ} to {FORMAT_VERSION}); retrain with this sketchfit",
-                header.version
-            ));
-        }
-        let st = SafeTensors::deserialize(bytes).map_err(|e| format!("damaged model file: {e}"))?;
-        let mut names: Vec<String> = st.names().into_iter().map(String::from).collect();
-        names.sort();
-        let mut datas = Vec::with_capacity(names.len());
-        for n in &names {
-            datas.push(st.tensor(n).map_err(|e| e.to_string())?.data());
-        }
-        let want = if header.version >= 2 {
-            let mut bare = header.clone();
-            bare.checksum = String::new();
-            header_checksum(&bare, datas.iter().copied()).map_err(|e| e.to_string())?
-        } else {
-            let mut hash = 0xcbf2_9ce4_8422_2325u64;
-            datas.iter().for_each(|d| fnv1a(&mut hash, d));
-            format!("{hash:016x}")
-        };
-        if want != header.checksum {
-            return Err(
-                "checksum mismatch: the model file is damaged (its header or its arrays changed after it was written)"
-                    .into(),
-            );
-        }
+    /// Parses and verifies a model file's bytes.
+    pub fn from_bytes(bytes: &[u8]) -> std::result::Result<Model, ContainerError> {
+        let file = crate::container::decode::<ModelHeader>(bytes)?;
+        let header = file.header.clone();
+        let names = file.names();
         let (dim, c, d) = (header.dim, header.outputs, header.features.dim);
-        let get_f64 = |name: &str, len: usize| -> std::result::Result<Vec<f64>, String> {
-            let t = st.tensor(name).map_err(|_| format!("missing array '{name}'"))?;
-            if t.dtype() != Dtype::F64 || t.shape().iter().product::<usize>() != len {
-                return Err(format!("array '{name}' has the wrong type or shape"));
-            }
-            Ok(f64_from(t.data()))
-        };
+        let get_f64 = |name: &str, len: usize| file.f64(name, len);
+        let bad = ContainerError::Inconsistent;
         let weights = get_f64("weights", dim * c)?;
         let bias = get_f64("bias", c)?;
         let mean = get_f64("mean", dim)?;
-        let ev_len = st.tensor("eigenvalues").map(|t| t.shape().iter().product()).unwrap_or(0);
+        let ev_len = file.len_of("eigenvalues");
         let eigenvalues = get_f64("eigenvalues", ev_len)?;
         let mut stages = Vec::new();
         for (i, spec) in header.stages.iter().enumerate() {
             let prefix = format!("stage{i}.");
             let mut params = Vec::new();
             for n in names.iter().filter(|n| n.starts_with(&prefix)) {
-                let t = st.tensor(n).map_err(|e| e.to_string())?;
-                let data = match t.dtype() {
+                let (dtype, shape, data) = file.array(n)?;
+                let data = match dtype {
                     Dtype::U32 => ParamData::U32(
-                        t.data().chunks_exact(4).map(|b| u32::from_le_bytes(std::array::from_fn(|i| b[i]))).collect(),
+                        data.chunks_exact(4).map(|b| u32::from_le_bytes(std::array::from_fn(|i| b[i]))).collect(),
                     ),
-                    Dtype::I8 => ParamData::I8(t.data().iter().map(|&b| b as i8).collect()),
+                    Dtype::I8 => ParamData::I8(data.iter().map(|&b| b as i8).collect()),
                     Dtype::F32 => ParamData::F32(
-                        t.data().chunks_exact(4).map(|b| f32::from_le_bytes(std::array::from_fn(|i| b[i]))).collect(),
+                        data.chunks_exact(4).map(|b| f32::from_le_bytes(std::array::from_fn(|i| b[i]))).collect(),
                     ),
-                    other => return Err(format!("array '{n}' has unsupported type {other:?}")),
+                    other => return Err(bad(format!("array '{n}' has unsupported type {other:?}"))),
                 };
-                params.push(ParamArray { name: n[prefix.len()..].to_string(), shape: t.shape().to_vec(), data });
+                params.push(ParamArray { name: n[prefix.len()..].to_string(), shape, data });
             }
-            stages.push(Stage::from_params(spec, d, &params).map_err(|e| format!("stage {i}: {e}"))?);
+            stages.push(Stage::from_params(spec, d, &params).map_err(|e| bad(format!("stage {i}: {e}")))?);
         }
         let mut projections = Vec::new();
         for (i, info) in header.projections.iter().enumerate() {
             if info.start > info.end || info.end > dim {
-                return Err(format!("projection {i} covers features outside 0..{dim}"));
+                return Err(bad(format!("projection {i} covers features outside 0..{dim}")));
             }
             let len = info.end - info.start;
-            let ev = st.tensor(&format!("proj{i}.eigenvalues")).map(|t| t.shape().iter().product()).unwrap_or(0);
+            let ev = file.len_of(&format!("proj{i}.eigenvalues"));
             projections.push(Projection {
                 mean: get_f64(&format!("proj{i}.mean"), len)?,
                 basis: get_f64(&format!("proj{i}.basis"), len * info.components)?,
@@ -402,7 +349,7 @@ impl Model {
         }
         let pipeline = FeaturePipeline::from_stages(stages, d);
         if pipeline.output_dim() != dim {
-            return Err(format!("stages give {} features but the weights have {dim}", pipeline.output_dim()));
+            return Err(bad(format!("stages give {} features but the weights have {dim}", pipeline.output_dim())));
         }
         Ok(Model { header, pipeline, weights, bias, mean, eigenvalues, projections, origin: None })
     }
@@ -413,16 +360,22 @@ pub(crate) fn header_base() -> (String, u32, String) {
     (FORMAT_NAME.into(), FORMAT_VERSION, env!("CARGO_PKG_VERSION").into())
 }
 
-/// FNV-1a over the header as serialised with an empty checksum, then every array: a
-/// byte changed anywhere in the file fails the check.
-fn header_checksum<'a>(bare: &ModelHeader, arrays: impl IntoIterator<Item = &'a [u8]>) -> Result<String> {
-    let json = serde_json::to_string(bare).map_err(|e| Error::Internal(format!("model header: {e}")))?;
-    let mut hash = 0xcbf2_9ce4_8422_2325u64;
-    fnv1a(&mut hash, json.as_bytes());
-    for a in arrays {
-        fnv1a(&mut hash, a);
+impl crate::container::Header for ModelHeader {
+    const WHAT: &'static str = "model";
+    const FORMAT: &'static str = FORMAT_NAME;
+    const VERSION: u32 = FORMAT_VERSION;
+    const OLDEST: u32 = OLDEST_READ;
+    const SEALED_FROM: u32 = 2;
+    const HINT: &'static str = "retrain with this sketchfit";
+    fn format(&self) -> &str {
+        &self.format
     }
-    Ok(format!("{hash:016x}"))
+    fn version(&self) -> u32 {
+        self.version
+    }
+    fn checksum_mut(&mut self) -> &mut String {
+        &mut self.checksum
+    }
 }
 
 /// JSON for f64 fields that may hold NaN or ±∞ (GCV at λ where df ≥ n, scores that

@@ -9,6 +9,7 @@ use faer::linalg::matmul::triangular::{self, BlockStructure};
 use faer::{Accum, Mat, MatMut, MatRef, Par};
 use ndarray::ArrayView2;
 
+use crate::container::ContainerError;
 use crate::error::{Error, Result};
 
 /// Side of the square Gram tiles. 256 keeps a tile pair in L2 and the tile count
@@ -517,8 +518,10 @@ impl GramStats {
     }
 
     /// Adds `other` (re-shifting a copy of it first if its shift differs).
-    pub fn merge(&mut self, other: &GramStats) {
-        assert_eq!((self.dim(), self.c), (other.dim(), other.c), "merging statistics of different shapes");
+    pub fn merge(&mut self, other: &GramStats) -> std::result::Result<(), ShapeMismatch> {
+        if (self.dim(), self.c) != (other.dim(), other.c) {
+            return Err(ShapeMismatch { dim: (self.dim(), other.dim()), outputs: (self.c, other.c) });
+        }
         let shifted;
         let other = if other.shift == self.shift {
             other
@@ -535,6 +538,7 @@ impl GramStats {
         {
             a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
         }
+        Ok(())
     }
 
     /// The shift-free quantities, with the dense covariance `C` (`D × D`).
@@ -632,7 +636,7 @@ mod tests {
         a.add(&z[..120 * dim], &y[..120 * c], 120, 1).unwrap();
         let mut b = GramStats::new(vec![99.5; dim], c);
         b.add(&z[120 * dim..], &y[120 * c..], rows - 120, 2).unwrap();
-        a.merge(&b);
+        a.merge(&b).unwrap();
         assert_eq!(a.n, whole.n);
         assert!(max_rel(&a.gram.to_full(), &whole.gram.to_full()) < 1e-12);
         assert!(max_rel(&a.s, &whole.s) < 1e-10);
@@ -692,25 +696,18 @@ mod tests {
 pub const STATS_VERSION: u32 = 2;
 const STATS_FORMAT: &str = "sketchfit-stats";
 
-fn f64_bytes(v: &[f64]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+/// Statistics that cannot be merged: their feature or output counts differ.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("statistics of different shapes do not merge: D = {} and {}, outputs = {} and {}", dim.0, dim.1, outputs.0, outputs.1)]
+pub struct ShapeMismatch {
+    /// The two feature counts.
+    pub dim: (usize, usize),
+    /// The two output counts.
+    pub outputs: (usize, usize),
 }
 
-fn f64_from(bytes: &[u8]) -> Vec<f64> {
-    bytes.chunks_exact(8).map(|c| f64::from_le_bytes(std::array::from_fn(|i| c[i]))).collect()
-}
-
-/// FNV-1a 64 over byte slices, hex: the checksum of statistics and model files.
-pub fn checksum<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> String {
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
-    for p in parts {
-        for &b in p {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x100_0000_01b3);
-        }
-    }
-    format!("{h:016x}")
-}
+/// FNV-1a 64 over byte slices, hex (see [`crate::container::checksum`]).
+pub use crate::container::checksum;
 
 #[derive(Clone, serde::Serialize, serde::Deserialize)]
 struct StatsHeader {
@@ -721,6 +718,24 @@ struct StatsHeader {
     meta: serde_json::Value,
 }
 
+impl crate::container::Header for StatsHeader {
+    const WHAT: &'static str = "statistics";
+    const FORMAT: &'static str = STATS_FORMAT;
+    const VERSION: u32 = STATS_VERSION;
+    const OLDEST: u32 = 1;
+    const SEALED_FROM: u32 = 2;
+    const HINT: &'static str = "accumulate it again with this sketchfit";
+    fn format(&self) -> &str {
+        &self.format
+    }
+    fn version(&self) -> u32 {
+        self.version
+    }
+    fn checksum_mut(&mut self) -> &mut String {
+        &mut self.checksum
+    }
+}
+
 #[derive(Clone, serde::Serialize, serde::Deserialize)]
 struct BlockHeader {
     name: String,
@@ -729,97 +744,42 @@ struct BlockHeader {
     c: usize,
 }
 
-/// Serialises named statistics and a JSON `meta` value (safetensors, with a checksum).
+/// Serialises named statistics and a JSON `meta` value (read back before returning).
 pub fn stats_to_bytes(blocks: &[(&str, &GramStats)], meta: serde_json::Value) -> Result<Vec<u8>> {
-    use safetensors::tensor::TensorView;
-    let mut arrays: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
+    use crate::container::Array;
+    let mut arrays = Vec::new();
     for (name, st) in blocks {
         let (dim, c) = (st.dim(), st.c);
-        arrays.push((format!("{name}.shift"), vec![dim], f64_bytes(&st.shift)));
-        arrays.push((format!("{name}.s"), vec![dim], f64_bytes(&st.s)));
-        arrays.push((format!("{name}.gram"), vec![st.gram.raw().len()], f64_bytes(st.gram.raw())));
-        arrays.push((format!("{name}.t"), vec![dim, c], f64_bytes(&st.t)));
-        arrays.push((format!("{name}.u"), vec![c], f64_bytes(&st.u)));
-        arrays.push((format!("{name}.v"), vec![c], f64_bytes(&st.v)));
+        arrays.push(Array::f64(format!("{name}.shift"), vec![dim], &st.shift));
+        arrays.push(Array::f64(format!("{name}.s"), vec![dim], &st.s));
+        arrays.push(Array::f64(format!("{name}.gram"), vec![st.gram.raw().len()], st.gram.raw()));
+        arrays.push(Array::f64(format!("{name}.t"), vec![dim, c], &st.t));
+        arrays.push(Array::f64(format!("{name}.u"), vec![c], &st.u));
+        arrays.push(Array::f64(format!("{name}.v"), vec![c], &st.v));
     }
-    arrays.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut header = StatsHeader {
+    let header = StatsHeader {
         format: STATS_FORMAT.into(),
         version: STATS_VERSION,
         checksum: String::new(),
         blocks: blocks.iter().map(|(n, s)| BlockHeader { name: n.to_string(), n: s.n, dim: s.dim(), c: s.c }).collect(),
         meta,
     };
-    header.checksum = header_checksum(&header, arrays.iter().map(|a| a.2.as_slice()))?;
-    let json = serde_json::to_string(&header).map_err(|e| Error::Internal(format!("statistics header: {e}")))?;
-    let views = arrays
-        .iter()
-        .map(|(n, shape, b)| TensorView::new(safetensors::Dtype::F64, shape.clone(), b).map(|v| (n.clone(), v)))
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(|e| Error::Numerical(format!("statistics arrays: {e}")))?;
-    let bytes = safetensors::serialize(views, Some(std::collections::HashMap::from([("sketchfit".to_string(), json)])))
-        .map_err(|e| Error::Internal(format!("statistics file: {e}")))?;
-    // Read back (header, shapes, checksum) before anyone writes these bytes.
-    verify_stats_bytes(&bytes).map_err(|m| Error::Internal(format!("statistics just built do not read back: {m}")))?;
-    Ok(bytes)
-}
-
-/// The checksum of a version-2 statistics header (its checksum field empty) and arrays.
-fn header_checksum<'a>(bare: &StatsHeader, arrays: impl IntoIterator<Item = &'a [u8]>) -> Result<String> {
-    let json = serde_json::to_string(bare).map_err(|e| Error::Internal(format!("statistics header: {e}")))?;
-    let arrays: Vec<&[u8]> = arrays.into_iter().collect();
-    Ok(checksum(std::iter::once(json.as_bytes()).chain(arrays)))
-}
-
-/// Checks a statistics file's header, version and checksum without copying its arrays.
-fn verify_stats_bytes(bytes: &[u8]) -> std::result::Result<StatsHeader, String> {
-    use safetensors::tensor::SafeTensors;
-    let (_, meta) = SafeTensors::read_metadata(bytes).map_err(|e| format!("not a statistics file: {e}"))?;
-    let json = meta.metadata().as_ref().and_then(|m| m.get("sketchfit")).ok_or("not a sketchfit statistics file")?;
-    let header: StatsHeader = serde_json::from_str(json).map_err(|e| format!("bad statistics header: {e}"))?;
-    if header.format != STATS_FORMAT {
-        return Err(format!("not a statistics file (format '{}')", header.format));
-    }
-    if !(1..=STATS_VERSION).contains(&header.version) {
-        return Err(format!("statistics version {} is not supported (reads 1 to {STATS_VERSION})", header.version));
-    }
-    let st = SafeTensors::deserialize(bytes).map_err(|e| format!("damaged statistics file: {e}"))?;
-    let mut names: Vec<String> = st.names().into_iter().map(String::from).collect();
-    names.sort();
-    let mut datas = Vec::with_capacity(names.len());
-    for n in &names {
-        datas.push(st.tensor(n).map_err(|e| e.to_string())?.data());
-    }
-    let want = if header.version >= 2 {
-        let bare = StatsHeader { checksum: String::new(), ..header.clone() };
-        header_checksum(&bare, datas.iter().copied()).map_err(|e| e.to_string())?
-    } else {
-        checksum(datas.iter().copied())
-    };
-    if want != header.checksum {
-        return Err("checksum mismatch: the statistics file is damaged (its header or arrays changed)".into());
-    }
-    Ok(header)
+    crate::container::encode(&header, arrays)
 }
 
 /// Parses a statistics file: the named blocks and the `meta` value. Any damage (a
 /// checksum mismatch, wrong shapes, another format) is an error, never used.
-pub fn stats_from_bytes(bytes: &[u8]) -> std::result::Result<(Vec<(String, GramStats)>, serde_json::Value), String> {
-    use safetensors::tensor::SafeTensors;
-    let header = verify_stats_bytes(bytes)?;
-    let st = SafeTensors::deserialize(bytes).map_err(|e| format!("damaged statistics file: {e}"))?;
-    let get = |name: &str, len: usize| -> std::result::Result<Vec<f64>, String> {
-        let t = st.tensor(name).map_err(|_| format!("missing array '{name}'"))?;
-        if t.dtype() != safetensors::Dtype::F64 || t.data().len() != 8 * len {
-            return Err(format!("array '{name}' has the wrong type or size"));
-        }
-        Ok(f64_from(t.data()))
-    };
+pub fn stats_from_bytes(
+    bytes: &[u8],
+) -> std::result::Result<(Vec<(String, GramStats)>, serde_json::Value), ContainerError> {
+    let file = crate::container::decode::<StatsHeader>(bytes)?;
+    let header = file.header.clone();
+    let get = |name: &str, len: usize| file.f64(name, len);
     let mut out = Vec::new();
     for b in &header.blocks {
         let (dim, c) = (b.dim, b.c);
         let gram = TriGram::from_raw(dim, get(&format!("{}.gram", b.name), TriGram::len_for(dim))?)
-            .ok_or("the Gram array does not match its dimension")?;
+            .ok_or_else(|| ContainerError::Inconsistent("the Gram array does not match its dimension".into()))?;
         out.push((
             b.name.clone(),
             GramStats {

@@ -1,8 +1,8 @@
 use std::path::PathBuf;
 
-use crate::error::Result;
-use crate::pipeline::run::{accumulate_shard, parse_shard, RunOptions};
-use crate::pipeline::spec::PipelineSpec;
+use sketchfit::error::Result;
+use sketchfit::pipeline::run::{accumulate_shard, parse_shard, RunOptions};
+use sketchfit::pipeline::spec::PipelineSpec;
 
 /// `sketchfit accumulate PIPELINE --shard i/N -o PART`
 #[derive(Debug, clap::Args)]

@@ -6,9 +6,9 @@ use arrow_schema::{DataType, Field, Schema};
 use parquet::arrow::ArrowWriter;
 
 use super::mmd::SketchArgs;
-use crate::atomic::AtomicFile;
-use crate::error::{Error, Location, Result};
-use crate::pipeline::mmd::{embed_groups, Lsh};
+use sketchfit::atomic::AtomicFile;
+use sketchfit::error::{Error, Location, Result};
+use sketchfit::pipeline::mmd::{embed_groups, Lsh};
 
 /// `sketchfit embed --input FILES --group-by COL --output OUT.parquet`
 #[derive(Debug, clap::Args)]

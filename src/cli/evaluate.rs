@@ -1,8 +1,8 @@
 use std::path::PathBuf;
 
-use crate::error::{Error, Result};
-use crate::model::Model;
-use crate::pipeline::predict::evaluate;
+use sketchfit::error::{Error, Result};
+use sketchfit::model::Model;
+use sketchfit::pipeline::predict::evaluate;
 
 /// `sketchfit evaluate MODEL --input FILES`
 #[derive(Debug, clap::Args)]

@@ -1,7 +1,7 @@
 use std::path::PathBuf;
 
-use crate::error::{Error, Result};
-use crate::model::Model;
+use sketchfit::error::{Error, Result};
+use sketchfit::model::Model;
 
 /// `sketchfit inspect MODEL`
 #[derive(Debug, clap::Args)]
@@ -34,7 +34,7 @@ pub fn run(a: Args) -> Result<()> {
                 })
                 .collect()
         };
-        crate::atomic::write_bytes(p, scree_svg(&spectra).as_bytes())?;
+        sketchfit::atomic::write_bytes(p, scree_svg(&spectra).as_bytes())?;
     }
     if a.json {
         let text = serde_json::to_string_pretty(h).map_err(|e| Error::Numerical(e.to_string()))?;
@@ -72,7 +72,7 @@ pub fn run(a: Args) -> Result<()> {
     );
     s += &format!(
         "lambda: {}{}\n",
-        crate::pipeline::train::lambda_text(&h.lambdas),
+        sketchfit::pipeline::train::lambda_text(&h.lambdas),
         if h.gcv.is_some() { " (GCV)" } else { " (fixed)" }
     );
     if let Some(path) = &h.solver {

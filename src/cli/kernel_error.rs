@@ -1,8 +1,8 @@
 use std::path::PathBuf;
 
-use crate::error::{Error, Result};
-use crate::pipeline::kernel_error::kernel_error;
-use crate::pipeline::spec::PipelineSpec;
+use sketchfit::error::{Error, Result};
+use sketchfit::pipeline::kernel_error::kernel_error;
+use sketchfit::pipeline::spec::PipelineSpec;
 
 /// `sketchfit kernel-error PIPELINE [--input FILES]`
 #[derive(Debug, clap::Args)]
@@ -40,7 +40,7 @@ pub fn run(a: Args) -> Result<()> {
     }
     let report = kernel_error(&spec, &a.input, a.sample, a.seeds, a.plot.is_some())?;
     if let Some(p) = &a.plot {
-        crate::atomic::write_bytes(p, report.to_svg().as_bytes())?;
+        sketchfit::atomic::write_bytes(p, report.to_svg().as_bytes())?;
     }
     let text = if a.json {
         serde_json::to_string_pretty(&report).map_err(|e| Error::Numerical(e.to_string()))? + "\n"

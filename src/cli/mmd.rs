@@ -1,10 +1,10 @@
 use std::path::PathBuf;
 
-use crate::error::{Error, Result};
-use crate::pipeline::mmd::{mmd, MmdOptions};
-use crate::pipeline::spec::PipelineSpec;
-use crate::sketch::{GaussianSketchHdSpec, Normalize, StageSpec};
-use crate::source::{ColumnSpec, FeatureColumns};
+use sketchfit::error::{Error, Result};
+use sketchfit::pipeline::mmd::{mmd, MmdOptions};
+use sketchfit::pipeline::spec::PipelineSpec;
+use sketchfit::sketch::{GaussianSketchHdSpec, Normalize, StageSpec};
+use sketchfit::source::{ColumnSpec, FeatureColumns};
 
 /// Options shared by `mmd` and `embed`: which columns and which sketch.
 #[derive(Debug, clap::Args)]

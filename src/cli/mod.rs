@@ -16,7 +16,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::error::Error;
+use sketchfit::error::Error;
 
 /// Kernel models on data larger than memory.
 #[derive(Debug, Parser)]

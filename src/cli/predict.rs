@@ -1,8 +1,8 @@
 use std::path::PathBuf;
 
-use crate::error::Result;
-use crate::model::Model;
-use crate::pipeline::predict::{predict, PredictOptions};
+use sketchfit::error::Result;
+use sketchfit::model::Model;
+use sketchfit::pipeline::predict::{predict, PredictOptions};
 
 /// `sketchfit predict MODEL --input FILES --output OUT.parquet`
 #[derive(Debug, clap::Args)]

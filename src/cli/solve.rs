@@ -1,9 +1,9 @@
 use std::path::PathBuf;
 
-use crate::error::Result;
-use crate::pipeline::predict::{evaluate, Evaluation};
-use crate::pipeline::run::{solve_parts, SolveOutcome};
-use crate::pipeline::spec::PipelineSpec;
+use sketchfit::error::Result;
+use sketchfit::pipeline::predict::{evaluate, Evaluation};
+use sketchfit::pipeline::run::{solve_parts, SolveOutcome};
+use sketchfit::pipeline::spec::PipelineSpec;
 
 /// `sketchfit solve PIPELINE PART… -o MODEL`
 #[derive(Debug, clap::Args)]
@@ -55,7 +55,7 @@ pub fn run(a: Args) -> Result<()> {
         a.parts.len(),
         h.dim,
         h.components,
-        crate::pipeline::train::lambda_text(&h.lambdas)
+        sketchfit::pipeline::train::lambda_text(&h.lambdas)
     );
     if !spec.data.test.is_empty() {
         if let Evaluation::Classification { rows, accuracy, .. } =

@@ -1,9 +1,9 @@
 use std::path::PathBuf;
 
-use crate::error::Result;
-use crate::pipeline::predict::{evaluate, Evaluation};
-use crate::pipeline::run::RunOptions;
-use crate::pipeline::spec::PipelineSpec;
+use sketchfit::error::Result;
+use sketchfit::pipeline::predict::{evaluate, Evaluation};
+use sketchfit::pipeline::run::RunOptions;
+use sketchfit::pipeline::spec::PipelineSpec;
 
 /// `sketchfit train PIPELINE -o MODEL`
 #[derive(Debug, clap::Args)]
@@ -43,8 +43,8 @@ pub fn run(a: Args) -> Result<()> {
     });
     // Test files are read after training: register them now so that an output onto
     // one of them is refused before the pass, not after it.
-    for t in crate::source::expand_paths(&spec.data.test).unwrap_or_default() {
-        crate::atomic::register_input(&t);
+    for t in sketchfit::source::expand_paths(&spec.data.test).unwrap_or_default() {
+        sketchfit::atomic::register_input(&t);
     }
     let opts = RunOptions {
         progress: !quiet,
@@ -52,7 +52,7 @@ pub fn run(a: Args) -> Result<()> {
         resume: a.resume,
         output: Some(a.output.clone()),
     };
-    let model = crate::pipeline::run::train(&spec, &opts, &mut |line| {
+    let model = sketchfit::pipeline::run::train(&spec, &opts, &mut |line| {
         if !quiet {
             eprintln!("{line}");
         }
@@ -64,7 +64,7 @@ pub fn run(a: Args) -> Result<()> {
         h.dim,
         h.components,
         h.outputs,
-        crate::pipeline::train::lambda_text(&h.lambdas)
+        sketchfit::pipeline::train::lambda_text(&h.lambdas)
     );
     if !spec.data.test.is_empty() {
         match evaluate(&model, &spec.data.test, spec.run.chunk_rows, spec.threads(), !quiet)? {

@@ -448,9 +448,9 @@ impl State {
                 if labeled.dim() != l2.dim() || labeled.c != l2.c {
                     return Err("statistics of different shapes".into());
                 }
-                labeled.merge(l2);
+                labeled.merge(l2).map_err(|e| e.to_string())?;
                 match (unlabeled, u2) {
-                    (Some(a), Some(b)) => a.merge(b),
+                    (Some(a), Some(b)) => a.merge(b).map_err(|e| e.to_string())?,
                     (None, None) => {}
                     _ => return Err("one part has unlabeled statistics and the other not".into()),
                 }
@@ -458,13 +458,13 @@ impl State {
             }
             (State::Two { pass1: a, pass2: pa }, State::Two { pass1: b, pass2: pb }) => {
                 match (pa, pb) {
-                    (Some(x), Some(y)) => x.merge(y),
+                    (Some(x), Some(y)) => x.merge(y).map_err(|e| e.to_string())?,
                     (None, None) => {
                         if a.len() != b.len() {
                             return Err("parts with different stage counts".into());
                         }
                         for (x, y) in a.iter_mut().zip(b) {
-                            x.merge(y);
+                            x.merge(y).map_err(|e| e.to_string())?;
                         }
                     }
                     _ => return Err("pass-one and pass-two statistics do not merge".into()),
@@ -959,7 +959,7 @@ fn solve_state(
             let (pca, cl, ca, unl) = match unlabeled {
                 Some(u) if u.n > 0 => {
                     let mut all = labeled.without_targets();
-                    all.merge(u);
+                    all.merge(u).map_err(|e| Error::Internal(e.to_string()))?;
                     let (pca, ca) = fit_pca(spec, &all, components)?;
                     // S = Ūᵀ C_L Ū needs the labeled covariance itself.
                     (pca, labeled.centered(), Some(ca), u.n)
@@ -1418,7 +1418,7 @@ type StatsFile = (Vec<(String, GramStats)>, serde_json::Value, Vec<u8>);
 fn read_stats(path: &Path, input: bool) -> Result<StatsFile> {
     let bad = |message: String| Error::BadModel { path: path.into(), message };
     let bytes = if input { crate::atomic::read_input(path)? } else { crate::atomic::read_own(path)? };
-    let (blocks, meta) = stats_from_bytes(&bytes).map_err(bad)?;
+    let (blocks, meta) = stats_from_bytes(&bytes).map_err(|e| bad(e.to_string()))?;
     Ok((blocks, meta, bytes))
 }
 

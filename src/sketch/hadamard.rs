@@ -61,15 +61,16 @@ impl Srht {
     }
 
     /// Checks stored parameters (a loaded model).
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), crate::container::ContainerError> {
+        use crate::container::ContainerError::Inconsistent;
         let dp = self.padded();
         if dp != next_pow2(self.d_in) || self.zeta.iter().any(|&s| s != 1 && s != -1) {
-            return Err("SRHT signs must be ±1 with length 2^⌈log₂ D⌉".into());
+            return Err(Inconsistent("SRHT signs must be ±1 with length 2^⌈log₂ D⌉".into()));
         }
         let mut seen = vec![false; dp];
         for &r in &self.rows {
             if r as usize >= dp || std::mem::replace(&mut seen[r as usize], true) {
-                return Err("SRHT rows must be distinct and below D'".into());
+                return Err(Inconsistent("SRHT rows must be distinct and below D'".into()));
             }
         }
         Ok(())

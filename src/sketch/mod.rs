@@ -1441,7 +1441,15 @@ fn recursive_from(degree: u32, gamma: f64, offset: f64, d: usize, m: usize, p: &
 }
 
 /// Rebuilds the map of `spec` from stored arrays, checking every shape and range.
-pub fn map_from_params(spec: &StageSpec, d: usize, params: &[ParamArray]) -> PResult<Box<dyn Sketch>> {
+pub fn map_from_params(
+    spec: &StageSpec,
+    d: usize,
+    params: &[ParamArray],
+) -> std::result::Result<Box<dyn Sketch>, crate::container::ContainerError> {
+    rebuild(spec, d, params).map_err(crate::container::ContainerError::Inconsistent)
+}
+
+fn rebuild(spec: &StageSpec, d: usize, params: &[ParamArray]) -> PResult<Box<dyn Sketch>> {
     let p = Params(params);
     Ok(match spec {
         StageSpec::Identity(_) => Box::new(Identity { d }),
@@ -1496,7 +1504,7 @@ pub fn map_from_params(spec: &StageSpec, d: usize, params: &[ParamArray]) -> PRe
                 DownKind::Srht => {
                     let e = dp.shape("rows")?.first().copied().unwrap_or(0);
                     let srht = Srht { d_in: du, zeta: dp.i8("zeta", &[next_pow2(du)])?, rows: dp.u32("rows", &[e])? };
-                    srht.validate()?;
+                    srht.validate().map_err(|e| e.to_string())?;
                     Box::new(srht)
                 }
                 DownKind::Gaussian => {
@@ -1577,7 +1585,11 @@ impl Stage {
     }
 
     /// Rebuilds a stage from its spec and stored arrays.
-    pub fn from_params(spec: &StageSpec, d: usize, params: &[ParamArray]) -> PResult<Stage> {
+    pub fn from_params(
+        spec: &StageSpec,
+        d: usize,
+        params: &[ParamArray],
+    ) -> std::result::Result<Stage, crate::container::ContainerError> {
         Ok(Stage { spec: spec.clone(), map: map_from_params(spec, d, params)? })
     }
 

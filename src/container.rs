@@ -1,0 +1,281 @@
+//! The one file container of sketchfit, used by models, statistics parts and checkpoints:
+//! safetensors arrays plus a JSON header under `__metadata__["sketchfit"]`, sealed by an
+//! FNV-1a checksum over the header (serialised with its checksum field empty) and then
+//! every array in name order, so one changed byte anywhere is refused. Writing reads the
+//! bytes back before returning them; reading verifies before anything is used.
+
+use std::collections::HashMap;
+
+use safetensors::tensor::{SafeTensors, TensorView};
+pub use safetensors::Dtype;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+
+/// The key under `__metadata__` that holds the JSON header.
+const KEY: &str = "sketchfit";
+
+/// What is wrong with a container's bytes. Callers attach the path.
+#[derive(Debug, thiserror::Error)]
+pub enum ContainerError {
+    /// Not safetensors at all.
+    #[error("not a safetensors file: {0}")]
+    NotSafetensors(String),
+    /// Safetensors, but without our header or with another format name.
+    #[error("not a sketchfit {0} file (no sketchfit header)")]
+    Foreign(&'static str),
+    /// The header does not parse.
+    #[error("bad {what} header: {message}")]
+    BadHeader {
+        /// "model" or "statistics".
+        what: &'static str,
+        /// The parser's message.
+        message: String,
+    },
+    /// A version this build does not read.
+    #[error("{what} format version {version} is not supported by this sketchfit (reads versions {oldest} to {newest}); {hint}")]
+    Version {
+        /// "model" or "statistics".
+        what: &'static str,
+        /// The file's version.
+        version: u32,
+        /// Oldest version read.
+        oldest: u32,
+        /// Newest version read.
+        newest: u32,
+        /// What to do.
+        hint: &'static str,
+    },
+    /// The checksum does not match.
+    #[error("checksum mismatch: the {0} file is damaged (its header or its arrays changed after it was written)")]
+    Checksum(&'static str),
+    /// A named array is absent.
+    #[error("missing array '{0}'")]
+    Missing(String),
+    /// A named array has another type or size than its header says.
+    #[error("array '{0}' has the wrong type or shape")]
+    Shape(String),
+    /// The header and arrays disagree in a format-specific way.
+    #[error("{0}")]
+    Inconsistent(String),
+}
+
+/// A container format: its header type, name and versions.
+pub trait Header: Serialize + DeserializeOwned + Clone {
+    /// "model" or "statistics" (for messages).
+    const WHAT: &'static str;
+    /// The `format` field's value.
+    const FORMAT: &'static str;
+    /// The version written.
+    const VERSION: u32;
+    /// The oldest version read.
+    const OLDEST: u32;
+    /// The first version whose checksum covers the header (older ones: arrays only).
+    const SEALED_FROM: u32;
+    /// What to do with a file of an unsupported version.
+    const HINT: &'static str;
+    /// The header's `format` field.
+    fn format(&self) -> &str;
+    /// The header's `version` field.
+    fn version(&self) -> u32;
+    /// The header's `checksum` field.
+    fn checksum_mut(&mut self) -> &mut String;
+}
+
+/// One array to write.
+#[derive(Debug, Clone)]
+pub struct Array {
+    /// Name (arrays are stored and checksummed in name order).
+    pub name: String,
+    /// Element type.
+    pub dtype: Dtype,
+    /// Shape.
+    pub shape: Vec<usize>,
+    /// Little-endian bytes.
+    pub bytes: Vec<u8>,
+}
+
+impl Array {
+    /// An f64 array.
+    pub fn f64(name: impl Into<String>, shape: Vec<usize>, v: &[f64]) -> Array {
+        Array { name: name.into(), dtype: Dtype::F64, shape, bytes: v.iter().flat_map(|x| x.to_le_bytes()).collect() }
+    }
+}
+
+/// FNV-1a 64 over byte slices, hex.
+pub fn checksum<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> String {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for p in parts {
+        for &b in p {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    format!("{h:016x}")
+}
+
+fn seal<'a, H: Header>(header: &H, arrays: impl IntoIterator<Item = &'a [u8]>) -> Result<String> {
+    let mut bare = header.clone();
+    bare.checksum_mut().clear();
+    let json = serde_json::to_string(&bare).map_err(|e| Error::Internal(format!("{} header: {e}", H::WHAT)))?;
+    let arrays: Vec<&[u8]> = arrays.into_iter().collect();
+    Ok(checksum(std::iter::once(json.as_bytes()).chain(arrays)))
+}
+
+/// The bytes of a container holding `header` (its version and checksum set here) and
+/// `arrays`, verified by reading them back.
+pub fn encode<H: Header>(header: &H, mut arrays: Vec<Array>) -> Result<Vec<u8>> {
+    arrays.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut header = header.clone();
+    *header.checksum_mut() = seal(&header, arrays.iter().map(|a| a.bytes.as_slice()))?;
+    let json = serde_json::to_string(&header).map_err(|e| Error::Internal(format!("{} header: {e}", H::WHAT)))?;
+    let views = arrays
+        .iter()
+        .map(|a| TensorView::new(a.dtype, a.shape.clone(), &a.bytes).map(|v| (a.name.clone(), v)))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| Error::Internal(format!("{} arrays: {e}", H::WHAT)))?;
+    let bytes = safetensors::serialize(views, Some(HashMap::from([(KEY.to_string(), json)])))
+        .map_err(|e| Error::Internal(format!("{} file: {e}", H::WHAT)))?;
+    decode::<H>(&bytes)
+        .map_err(|e| Error::Internal(format!("the {} file just built does not read back: {e}", H::WHAT)))?;
+    Ok(bytes)
+}
+
+/// A verified container: its header and its arrays, borrowed from the bytes.
+pub struct Decoded<'a, H> {
+    /// The header, checksum verified.
+    pub header: H,
+    tensors: SafeTensors<'a>,
+}
+
+impl<H> std::fmt::Debug for Decoded<'_, H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Decoded").field("arrays", &self.tensors.len()).finish()
+    }
+}
+
+/// Parses and verifies a container: format, version and checksum.
+pub fn decode<H: Header>(bytes: &[u8]) -> std::result::Result<Decoded<'_, H>, ContainerError> {
+    let (_, meta) = SafeTensors::read_metadata(bytes).map_err(|e| ContainerError::NotSafetensors(e.to_string()))?;
+    let json = meta.metadata().as_ref().and_then(|m| m.get(KEY)).ok_or(ContainerError::Foreign(H::WHAT))?;
+    // The format name is checked before the whole header, so a file of another kind is
+    // named as such rather than as a header that does not parse.
+    let format = serde_json::from_str::<serde_json::Value>(json)
+        .ok()
+        .and_then(|v| v.get("format").and_then(|f| f.as_str()).map(str::to_string));
+    if format.as_deref().is_some_and(|f| f != H::FORMAT) {
+        return Err(ContainerError::Foreign(H::WHAT));
+    }
+    let mut header: H =
+        serde_json::from_str(json).map_err(|e| ContainerError::BadHeader { what: H::WHAT, message: e.to_string() })?;
+    if header.format() != H::FORMAT {
+        return Err(ContainerError::Foreign(H::WHAT));
+    }
+    if !(H::OLDEST..=H::VERSION).contains(&header.version()) {
+        return Err(ContainerError::Version {
+            what: H::WHAT,
+            version: header.version(),
+            oldest: H::OLDEST,
+            newest: H::VERSION,
+            hint: H::HINT,
+        });
+    }
+    let tensors = SafeTensors::deserialize(bytes).map_err(|e| ContainerError::NotSafetensors(e.to_string()))?;
+    let mut names: Vec<&str> = tensors.names();
+    names.sort_unstable();
+    let mut datas = Vec::with_capacity(names.len());
+    for n in &names {
+        datas.push(tensors.tensor(n).map_err(|_| ContainerError::Missing(n.to_string()))?.data());
+    }
+    let want = if header.version() >= H::SEALED_FROM {
+        seal(&header, datas.iter().copied()).map_err(|e| ContainerError::Inconsistent(e.to_string()))?
+    } else {
+        checksum(datas.iter().copied())
+    };
+    if *header.checksum_mut() != want {
+        return Err(ContainerError::Checksum(H::WHAT));
+    }
+    Ok(Decoded { header, tensors })
+}
+
+impl<H> Decoded<'_, H> {
+    /// Names of every array, sorted.
+    pub fn names(&self) -> Vec<String> {
+        let mut n: Vec<String> = self.tensors.names().into_iter().map(str::to_string).collect();
+        n.sort();
+        n
+    }
+    /// An array's type, shape and bytes.
+    pub fn array(&self, name: &str) -> std::result::Result<(Dtype, Vec<usize>, &[u8]), ContainerError> {
+        let t = self.tensors.tensor(name).map_err(|_| ContainerError::Missing(name.to_string()))?;
+        Ok((t.dtype(), t.shape().to_vec(), t.data()))
+    }
+    /// Element count of an array, 0 when absent.
+    pub fn len_of(&self, name: &str) -> usize {
+        self.tensors.tensor(name).map_or(0, |t| t.shape().iter().product())
+    }
+    /// An f64 array of exactly `len` values.
+    pub fn f64(&self, name: &str, len: usize) -> std::result::Result<Vec<f64>, ContainerError> {
+        let (dtype, _, bytes) = self.array(name)?;
+        if dtype != Dtype::F64 || bytes.len() != 8 * len {
+            return Err(ContainerError::Shape(name.to_string()));
+        }
+        Ok(bytes.chunks_exact(8).map(|c| f64::from_le_bytes(std::array::from_fn(|i| c[i]))).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Clone, Serialize, serde::Deserialize)]
+    struct Toy {
+        format: String,
+        version: u32,
+        checksum: String,
+        note: String,
+    }
+    impl Header for Toy {
+        const WHAT: &'static str = "toy";
+        const FORMAT: &'static str = "toy-format";
+        const VERSION: u32 = 2;
+        const OLDEST: u32 = 1;
+        const SEALED_FROM: u32 = 2;
+        const HINT: &'static str = "rebuild it";
+        fn format(&self) -> &str {
+            &self.format
+        }
+        fn version(&self) -> u32 {
+            self.version
+        }
+        fn checksum_mut(&mut self) -> &mut String {
+            &mut self.checksum
+        }
+    }
+
+    fn toy() -> Vec<u8> {
+        let h = Toy { format: "toy-format".into(), version: 2, checksum: String::new(), note: "abc".into() };
+        encode(&h, vec![Array::f64("b", vec![2], &[1.5, -2.0]), Array::f64("a", vec![1], &[3.0])]).unwrap()
+    }
+
+    #[test]
+    fn round_trip_and_every_changed_byte_of_header_or_arrays_is_refused() {
+        let bytes = toy();
+        let d = decode::<Toy>(&bytes).unwrap();
+        assert_eq!(d.header.note, "abc");
+        assert_eq!(d.f64("b", 2).unwrap(), vec![1.5, -2.0]);
+        assert!(matches!(d.f64("b", 3), Err(ContainerError::Shape(_))));
+        assert!(matches!(d.f64("zz", 1), Err(ContainerError::Missing(_))));
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        let at = text.find("abc").unwrap();
+        let mut header_changed = bytes.clone();
+        header_changed[at] = b'x';
+        assert!(matches!(decode::<Toy>(&header_changed), Err(ContainerError::Checksum("toy"))));
+        let mut array_changed = bytes.clone();
+        let n = array_changed.len();
+        array_changed[n - 1] ^= 1;
+        assert!(matches!(decode::<Toy>(&array_changed), Err(ContainerError::Checksum("toy"))));
+        assert!(matches!(decode::<Toy>(b"not at all"), Err(ContainerError::NotSafetensors(_))));
+    }
+}
