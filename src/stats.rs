@@ -627,6 +627,16 @@ mod tests {
     }
 
     #[test]
+    fn statistics_of_other_shapes_are_refused_not_merged() {
+        let mut a = GramStats::new(vec![0.0; 4], 2);
+        let b = GramStats::new(vec![0.0; 5], 2);
+        let c = GramStats::new(vec![0.0; 4], 1);
+        assert_eq!(a.merge(&b), Err(ShapeMismatch { dim: (4, 5), outputs: (2, 2) }));
+        assert_eq!(a.merge(&c), Err(ShapeMismatch { dim: (4, 4), outputs: (2, 1) }));
+        assert_eq!(a.n, 0);
+    }
+
+    #[test]
     fn merge_equals_union_and_reshift_is_exact() {
         let (rows, dim, c) = (300, 40, 3);
         let (z, y) = data(rows, dim, c);

@@ -237,7 +237,7 @@ fn semi_supervised_pca_on_all_rows_ridge_on_labeled_matches_golden() {
     let e = &c["expected"];
     let shift = vec1(&c["params"]["shift_mu"]);
     let mut all = stats_of(&zl, &[], nl, 0, shift.clone());
-    all.merge(&stats_of(&zu, &[], nu, 0, shift.clone()));
+    all.merge(&stats_of(&zu, &[], nu, 0, shift.clone())).unwrap();
     check_stats(&all, &e["stats_A"], "A");
     let lab = stats_of(&zl, &y, nl, nc, shift);
     check_stats(&lab, &e["stats_L"], "L");
@@ -270,7 +270,7 @@ fn merge_with_shift_change_matches_golden() {
     check_stats(&h2, &e["half2_stats"], "half 2");
     h1.reshift(&mu2);
     check_stats(&h1, &e["half1_reshifted"], "half 1 reshifted");
-    h1.merge(&h2);
+    h1.merge(&h2).unwrap();
     check_stats(&h1, &e["merged"], "merged");
     check_stats(&h1, &e["whole_with_shift2"], "whole");
 }
