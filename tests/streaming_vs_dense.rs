@@ -154,7 +154,7 @@ fn chunking_and_merging_change_nothing_but_rounding() {
         Data { n: dt.n - half, z: dt.z[half * dt.dim..].to_vec(), y: dt.y[half * dt.c..].to_vec(), ..dt },
     );
     let mut sa = streamed(&a, 50);
-    sa.merge(&streamed(&b, 71));
+    sa.merge(&streamed(&b, 71)).unwrap();
     let (cm, cw) = (sa.centered(), whole.centered());
     assert!(rel(&cm.cov, &cw.cov) < 1e-10);
     assert!(rel(&cm.czy, &cw.czy) < 1e-10);
