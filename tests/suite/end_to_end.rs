@@ -2,15 +2,13 @@
 //! predict / evaluate / inspect, reproducibility, and invariance to chunk size and
 //! thread count.
 
-mod common;
-
 use std::sync::Arc;
 
+use crate::common::*;
 use arrow_array::builder::{FixedSizeListBuilder, Float32Builder};
 use arrow_array::cast::AsArray;
 use arrow_array::types::Float64Type;
 use arrow_array::{ArrayRef, Float64Array, StringArray};
-use common::*;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 fn train(pipeline: &str, model: &std::path::Path, extra: &[&str]) -> String {

@@ -143,17 +143,25 @@ fn error_falls_like_one_over_sqrt_d() {
 }
 
 #[test]
-fn worst_case_constant_bounds_the_exact_variance() {
-    // x = y with mass spread thin is the worst case; V_p(D) ≤ (3^p − 1)/D.
-    for p in 1..=5 {
+fn worst_case_constant_bounds_the_sketch_variance() {
+    // x = y with mass spread thin is the worst case: V_p(D) ≤ (3^p − 1)/D · ‖x‖^{4p}.
+    // The bound is checked on the library's sketch itself (its variance over 8,000 maps),
+    // and the exact variance it is derived from is checked against the same draws.
+    let seeds = 8_000;
+    let x: Vec<f32> = (0..50).map(|i| if i % 2 == 0 { 0.1 } else { -0.1 }).collect();
+    for p in 1..=3u32 {
+        let kernel = PolyKernel { degree: p, gamma: 1.0, offset: 0.0 };
+        let xa = augmented(&kernel, &x);
+        let n2 = dot(&xa, &xa);
         for dim in [16usize, 17, 256] {
-            let x: Vec<f64> = (0..50).map(|i| if i % 2 == 0 { 0.1 } else { -0.1 }).collect();
-            let n2 = dot(&x, &x);
-            let d = dim as f64;
-            let rho = if dim.is_multiple_of(2) { 2.0 / (d * d) } else { 1.0 / (d * d) };
-            let vp = (2f64.powi(p + 1) - 2.0) / d + rho * (3f64.powi(p) - 2f64.powi(p + 1) + 1.0);
-            assert!(exact_var(&x, &x, p, dim) <= vp * n2.powi(2 * p) * (1.0 + 1e-12));
-            assert!(vp <= (3f64.powi(p) - 1.0) / d + 1e-15);
+            let exact = exact_var(&xa, &xa, p as i32, dim);
+            let (_, v) = mean_var(&samples(kernel, &x, &x, dim, seeds));
+            let bound = (3f64.powi(p as i32) - 1.0) / dim as f64 * n2.powi(2 * p as i32);
+            // A sample variance over n draws is within ±20 % of the truth far beyond 5σ
+            // for these light-tailed sums (relative sd ≈ √(2/n) · √(κ/3) ≈ 2–4 %).
+            assert!((0.8..=1.2).contains(&(v / exact)), "p={p} D={dim}: variance {v:e} vs exact {exact:e}");
+            assert!(v <= 1.2 * bound, "p={p} D={dim}: variance {v:e} above the worst-case bound {bound:e}");
+            assert!(exact <= bound * (1.0 + 1e-12), "p={p} D={dim}: exact {exact:e} above {bound:e}");
         }
     }
 }

@@ -4,12 +4,10 @@
 //! calibration under the null and power under a shift, LSH collision rates, and the
 //! `mmd` / `embed` commands.
 
-mod common;
-
 use std::sync::Arc;
 
+use crate::common::*;
 use arrow_array::{ArrayRef, Float64Array, StringArray};
-use common::*;
 use sketchfit::pipeline::mmd::{
     lsh_collision_probability, mmd2_unbiased, permutation_test, permutations, Lsh, SketchSums, Statistic,
 };

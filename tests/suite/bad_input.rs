@@ -1,13 +1,11 @@
 //! Every kind of bad input gets a clear error that names the file and the column or
 //! row group, exits 2, and leaves no output behind.
 
-mod common;
-
 use std::sync::Arc;
 
+use crate::common::*;
 use arrow_array::builder::{Float32Builder, ListBuilder};
 use arrow_array::{ArrayRef, Float64Array, Int32Array, Int64Array, StringArray};
-use common::*;
 
 fn good_columns(n: usize) -> Vec<(&'static str, ArrayRef)> {
     let a: Vec<f64> = (0..n).map(|i| (i as f64 * 0.37).sin()).collect();

@@ -1,6 +1,5 @@
 //! Shared helpers: a temporary directory per test, Parquet writers and a runner for
 //! the binary.
-#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -2,14 +2,12 @@
 //! two-pass mode and semi-supervised PCA against dense in-memory computations, λ by
 //! validation against scoring each λ separately, and `transform`.
 
-mod common;
-
 use std::sync::Arc;
 
+use crate::common::*;
 use arrow_array::cast::AsArray;
 use arrow_array::types::Float32Type;
 use arrow_array::{ArrayRef, Float64Array, Int64Array};
-use common::*;
 use faer::prelude::*;
 use faer::{Mat, Side};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;

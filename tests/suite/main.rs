@@ -1,0 +1,16 @@
+//! The integration tests, one binary (one link of the crate instead of ten). Each module
+//! is one concern; `common` holds the helpers they share. Golden vectors live in
+//! `tests/golden/`.
+
+mod common;
+
+mod bad_input;
+mod batch;
+mod chi2_rff_stats;
+mod dot_product_maps_stats;
+mod end_to_end;
+mod gaussian_mmd;
+mod golden;
+mod golden_maps;
+mod streaming_vs_dense;
+mod tensor_sketch_stats;
