@@ -14,12 +14,18 @@ pub struct Location {
     pub column: Option<String>,
     /// The row within the row group, 0-based.
     pub row: Option<usize>,
+    /// The rows are record batches in memory (`file` names them, `row_group` is the batch).
+    pub in_memory: bool,
 }
 
 impl Location {
     /// A location in `file`.
     pub fn file(file: impl Into<PathBuf>) -> Self {
         Location { file: Some(file.into()), ..Location::default() }
+    }
+    /// Record batches in memory, named `name`.
+    pub fn memory(name: impl Into<PathBuf>) -> Self {
+        Location { file: Some(name.into()), in_memory: true, ..Location::default() }
     }
     /// The same location, in row group `rg`.
     pub fn row_group(mut self, rg: usize) -> Self {
@@ -41,11 +47,15 @@ impl Location {
 impl std::fmt::Display for Location {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut parts = Vec::new();
-        if let Some(p) = &self.file {
-            parts.push(format!("file {}", p.display()));
+        match (&self.file, self.in_memory) {
+            (Some(p), false) => parts.push(format!("file {}", p.display())),
+            (Some(p), true) => parts.push(p.display().to_string()),
+            (None, _) => {}
         }
-        if let Some(rg) = self.row_group {
-            parts.push(format!("row group {rg}"));
+        match (self.row_group, self.in_memory) {
+            (Some(rg), false) => parts.push(format!("row group {rg}")),
+            (Some(b), true) => parts.push(format!("batch {b}")),
+            (None, _) => {}
         }
         if let Some(r) = self.row {
             parts.push(format!("row {r}"));

@@ -8,11 +8,12 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Float32Type, Float64Type, Int64Type};
 use arrow_array::{Array, ArrayRef, RecordBatch};
-use arrow_schema::{DataType, Field, Schema};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder};
 use parquet::arrow::ProjectionMask;
 use serde::{Deserialize, Serialize};
@@ -173,12 +174,19 @@ pub struct Chunk {
     pub first_row: usize,
 }
 
-/// An opened input file.
+/// An opened input: a Parquet file, or Arrow record batches held in memory (each batch
+/// then plays the part of a row group).
 #[derive(Debug, Clone)]
 pub struct InputFile {
-    /// Path.
+    /// Path (for batches in memory, the name they were given, shown in messages).
     pub path: PathBuf,
-    meta: ArrowReaderMetadata,
+    backing: Backing,
+}
+
+#[derive(Debug, Clone)]
+enum Backing {
+    Parquet(ArrowReaderMetadata),
+    Memory { schema: SchemaRef, batches: Arc<[RecordBatch]> },
 }
 
 /// A set of Parquet files with one checked layout.
@@ -244,21 +252,39 @@ fn open_file(path: &Path) -> Result<InputFile> {
     let file = crate::atomic::open_input(path)?;
     let meta = ArrowReaderMetadata::load(&file, ArrowReaderOptions::new())
         .map_err(|source| Error::Parquet { location: Location::file(path), source })?;
-    Ok(InputFile { path: path.to_path_buf(), meta })
+    Ok(InputFile { path: path.to_path_buf(), backing: Backing::Parquet(meta) })
 }
 
 impl InputFile {
     /// The Arrow schema.
     pub fn schema(&self) -> &Schema {
-        self.meta.schema()
+        match &self.backing {
+            Backing::Parquet(meta) => meta.schema(),
+            Backing::Memory { schema, .. } => schema,
+        }
     }
     /// Rows in the file (from the footer).
     pub fn rows(&self) -> u64 {
-        self.meta.metadata().file_metadata().num_rows().max(0) as u64
+        match &self.backing {
+            Backing::Parquet(meta) => meta.metadata().file_metadata().num_rows().max(0) as u64,
+            Backing::Memory { batches, .. } => batches.iter().map(|b| b.num_rows() as u64).sum(),
+        }
     }
-    /// Row counts per row group.
+    /// Row counts per row group (per batch in memory).
     pub fn row_groups(&self) -> Vec<usize> {
-        self.meta.metadata().row_groups().iter().map(|rg| rg.num_rows().max(0) as usize).collect()
+        match &self.backing {
+            Backing::Parquet(meta) => {
+                meta.metadata().row_groups().iter().map(|rg| rg.num_rows().max(0) as usize).collect()
+            }
+            Backing::Memory { batches, .. } => batches.iter().map(RecordBatch::num_rows).collect(),
+        }
+    }
+    /// Where its rows are, for messages.
+    pub fn location(&self) -> Location {
+        match self.backing {
+            Backing::Parquet(_) => Location::file(&self.path),
+            Backing::Memory { .. } => Location::memory(&self.path),
+        }
     }
     fn field(&self, name: &str) -> Option<&Field> {
         self.schema().fields().iter().find(|f| f.name() == name).map(|f| f.as_ref())
@@ -269,8 +295,17 @@ impl InputFile {
     /// What identifies this file's content for a resume or a shard: its path, size, and
     /// footer (row count and each row group's rows, bytes and first column offset).
     pub fn identity(&self) -> String {
+        let meta = match &self.backing {
+            Backing::Parquet(meta) => meta,
+            // Batches in memory cannot be resumed from or sharded; their row layout is
+            // what they are.
+            Backing::Memory { batches, .. } => {
+                let rows: Vec<String> = batches.iter().map(|b| b.num_rows().to_string()).collect();
+                return format!("{}|memory|{}", self.path.display(), rows.join(","));
+            }
+        };
         let size = std::fs::metadata(&self.path).map(|m| m.len()).unwrap_or(0);
-        let md = self.meta.metadata();
+        let md = meta.metadata();
         let mut footer = format!("{}:{}", md.file_metadata().num_rows(), md.num_row_groups());
         for rg in md.row_groups() {
             let first = rg.columns().first().map_or(0, |c| c.data_page_offset());
@@ -294,9 +329,33 @@ impl Dataset {
             return Err(Error::config("input", "files", "no input files given"));
         }
         let files = paths.iter().map(|p| open_file(p)).collect::<Result<Vec<_>>>()?;
+        Dataset::from_inputs(files, spec)
+    }
+
+    /// Arrow record batches held in memory, checked like files: `name` stands for the
+    /// file in messages, and each batch for a row group. Every batch must have the
+    /// first one's schema.
+    pub fn from_batches(name: &str, batches: Vec<RecordBatch>, spec: ColumnSpec) -> Result<Dataset> {
+        let loc = Location::memory(name);
+        let schema = batches.first().map(RecordBatch::schema).ok_or_else(|| Error::data(loc.clone(), "no batches"))?;
+        let batches: Vec<RecordBatch> = batches.into_iter().filter(|b| b.num_rows() > 0).collect();
+        for (i, b) in batches.iter().enumerate() {
+            if b.schema().fields() != schema.fields() {
+                return Err(Error::data(
+                    loc.clone().row_group(i),
+                    "this batch's schema differs from the first batch's; give batches of one schema",
+                ));
+            }
+        }
+        let input =
+            InputFile { path: PathBuf::from(name), backing: Backing::Memory { schema, batches: batches.into() } };
+        Dataset::from_inputs(vec![input], spec)
+    }
+
+    fn from_inputs(files: Vec<InputFile>, spec: ColumnSpec) -> Result<Dataset> {
         for f in &files {
             if f.rows() == 0 {
-                return Err(Error::data(Location::file(&f.path), "the file has no rows; remove it from the inputs"));
+                return Err(Error::data(f.location(), "the file has no rows; remove it from the inputs"));
             }
         }
         let first = &files[0];
@@ -308,7 +367,7 @@ impl Dataset {
                 let n = f.schema().fields().iter().filter(|x| x.name() == name).count();
                 if n > 1 {
                     return Err(Error::data(
-                        Location::file(&f.path).column(name.clone()),
+                        f.location().column(name.clone()),
                         format!("the file has {n} columns of this name; rename them so that each is read once"),
                     ));
                 }
@@ -323,7 +382,7 @@ impl Dataset {
         for (name, role) in &checked {
             let field = first.field(name).ok_or_else(|| {
                 Error::data(
-                    Location::file(&first.path).column(name.clone()),
+                    first.location().column(name.clone()),
                     format!("{role} column not found; the file has columns {}", describe_columns(first.schema())),
                 )
             })?;
@@ -340,7 +399,7 @@ impl Dataset {
                     "numeric"
                 };
                 return Err(Error::data(
-                    Location::file(&first.path).column(name.clone()),
+                    first.location().column(name.clone()),
                     format!("{role} column has type {t}; it must be {want}"),
                 ));
             }
@@ -351,7 +410,7 @@ impl Dataset {
                 match (f.field(name), want) {
                     (None, _) => {
                         return Err(Error::data(
-                            Location::file(&f.path).column(name.clone()),
+                            f.location().column(name.clone()),
                             format!(
                                 "{role} column missing here but present in {}: the files' schemas differ",
                                 first.path.display()
@@ -360,7 +419,7 @@ impl Dataset {
                     }
                     (Some(got), Some(want)) if got.data_type() != &want => {
                         return Err(Error::data(
-                            Location::file(&f.path).column(name.clone()),
+                            f.location().column(name.clone()),
                             format!(
                                 "{role} column has type {} here but {want} in {}: the files' schemas differ; cast them to one type",
                                 got.data_type(),
@@ -396,34 +455,37 @@ impl Dataset {
         self.features.dim
     }
 
-    fn projection(&self, file: &InputFile, names: &[&str]) -> ProjectionMask {
-        let idx: Vec<usize> = file
-            .schema()
-            .fields()
-            .iter()
-            .enumerate()
-            .filter(|(_, f)| names.contains(&f.name().as_str()))
-            .map(|(i, _)| i)
-            .collect();
-        ProjectionMask::roots(file.meta.parquet_schema(), idx)
-    }
-
     fn batches(
         &self,
         unit: Unit,
         names: &[&str],
         chunk_rows: usize,
-    ) -> Result<impl Iterator<Item = Result<RecordBatch>> + use<'_>> {
+    ) -> Result<Box<dyn Iterator<Item = Result<RecordBatch>> + '_>> {
         let file = &self.files[unit.file];
-        let loc = Location::file(&file.path).row_group(unit.row_group);
+        let loc = file.location().row_group(unit.row_group);
+        let meta = match &file.backing {
+            Backing::Parquet(meta) => meta,
+            Backing::Memory { batches, schema } => {
+                let idx = column_indices(schema, names);
+                let batch = batches
+                    .get(unit.row_group)
+                    .ok_or_else(|| Error::Internal(format!("{loc}: no such batch")))?
+                    .project(&idx)
+                    .map_err(|e| Error::data(loc.clone(), format!("cannot select the columns: {e}")))?;
+                let step = chunk_rows.max(1);
+                let n = batch.num_rows();
+                return Ok(Box::new((0..n).step_by(step).map(move |at| Ok(batch.slice(at, step.min(n - at))))));
+            }
+        };
         let handle = crate::atomic::open_input(&file.path)?;
-        let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(handle, file.meta.clone())
-            .with_projection(self.projection(file, names))
+        let mask = ProjectionMask::roots(meta.parquet_schema(), column_indices(file.schema(), names));
+        let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(handle, meta.clone())
+            .with_projection(mask)
             .with_row_groups(vec![unit.row_group])
             .with_batch_size(chunk_rows.max(1))
             .build()
             .map_err(|source| Error::Parquet { location: loc.clone(), source })?;
-        Ok(reader.map(move |b| b.map_err(|e| Error::Parquet { location: loc.clone(), source: e.into() })))
+        Ok(Box::new(reader.map(move |b| b.map_err(|e| Error::Parquet { location: loc.clone(), source: e.into() }))))
     }
 
     /// Reads one unit in chunks of at most `chunk_rows` rows, calling `f` on each.
@@ -436,7 +498,7 @@ impl Dataset {
         let mut first_row = 0;
         for batch in self.batches(unit, &names, chunk_rows)? {
             let batch = batch?;
-            let loc = Location::file(&file.path).row_group(unit.row_group);
+            let loc = file.location().row_group(unit.row_group);
             let chunk = self.to_chunk(&batch, loc, first_row)?;
             first_row += chunk.rows;
             f(chunk)?;
@@ -525,7 +587,7 @@ impl Dataset {
             let mut first_row = 0;
             for batch in self.batches(unit, &[name], 65_536)? {
                 let batch = batch?;
-                let loc = Location::file(&self.files[unit.file].path).row_group(unit.row_group).column(name);
+                let loc = self.files[unit.file].location().row_group(unit.row_group).column(name);
                 let a = batch
                     .column_by_name(name)
                     .ok_or_else(|| Error::data(loc.clone(), "column missing from the row group"))?;
@@ -561,7 +623,7 @@ fn resolve_features(first: &InputFile, spec: &ColumnSpec) -> Result<ResolvedFeat
                     .map(|f| f.name().clone())
                     .collect();
                 if columns.is_empty() {
-                    return Err(Error::data(Location::file(&first.path), "no numeric feature columns"));
+                    return Err(Error::data(first.location(), "no numeric feature columns"));
                 }
             }
             for p in patterns {
@@ -579,7 +641,7 @@ fn resolve_features(first: &InputFile, spec: &ColumnSpec) -> Result<ResolvedFeat
                         .collect();
                     if matched.is_empty() {
                         return Err(Error::data(
-                            Location::file(&first.path).column(p.clone()),
+                            first.location().column(p.clone()),
                             format!(
                                 "no column matches this pattern; the file has columns {}",
                                 describe_columns(schema)
@@ -592,7 +654,7 @@ fn resolve_features(first: &InputFile, spec: &ColumnSpec) -> Result<ResolvedFeat
                 }
             }
             for name in &columns {
-                let loc = Location::file(&first.path).column(name.clone());
+                let loc = first.location().column(name.clone());
                 let f = first.field(name).ok_or_else(|| {
                     Error::data(
                         loc.clone(),
@@ -613,7 +675,7 @@ fn resolve_features(first: &InputFile, spec: &ColumnSpec) -> Result<ResolvedFeat
             Ok(ResolvedFeatures { columns, list: false, dim })
         }
         FeatureColumns::List(name) => {
-            let loc = Location::file(&first.path).column(name.clone());
+            let loc = first.location().column(name.clone());
             let f = first.field(name).ok_or_else(|| {
                 Error::data(
                     loc.clone(),
@@ -648,20 +710,34 @@ fn resolve_features(first: &InputFile, spec: &ColumnSpec) -> Result<ResolvedFeat
     }
 }
 
+/// Indices of the schema's columns named in `names`, in schema order.
+fn column_indices(schema: &Schema, names: &[&str]) -> Vec<usize> {
+    schema.fields().iter().enumerate().filter(|(_, f)| names.contains(&f.name().as_str())).map(|(i, _)| i).collect()
+}
+
 fn first_list_len(file: &InputFile, name: &str) -> Result<usize> {
-    let loc = Location::file(&file.path).row_group(0).column(name);
-    let handle = crate::atomic::open_input(&file.path)?;
+    let loc = file.location().row_group(0).column(name);
     let idx = file.schema().fields().iter().position(|f| f.name() == name).unwrap_or(0);
-    let mut reader = ParquetRecordBatchReaderBuilder::new_with_metadata(handle, file.meta.clone())
-        .with_projection(ProjectionMask::roots(file.meta.parquet_schema(), [idx]))
-        .with_batch_size(1)
-        .with_limit(1)
-        .build()
-        .map_err(|source| Error::Parquet { location: loc.clone(), source })?;
-    let batch = reader
-        .next()
-        .ok_or_else(|| Error::data(loc.clone(), "no rows to take the list length from"))?
-        .map_err(|e| Error::Parquet { location: loc.clone(), source: e.into() })?;
+    let batch = match &file.backing {
+        Backing::Memory { batches, .. } => batches
+            .first()
+            .ok_or_else(|| Error::data(loc.clone(), "no rows to take the list length from"))?
+            .project(&[idx])
+            .map_err(|e| Error::data(loc.clone(), format!("cannot select the column: {e}")))?,
+        Backing::Parquet(meta) => {
+            let handle = crate::atomic::open_input(&file.path)?;
+            let mut reader = ParquetRecordBatchReaderBuilder::new_with_metadata(handle, meta.clone())
+                .with_projection(ProjectionMask::roots(meta.parquet_schema(), [idx]))
+                .with_batch_size(1)
+                .with_limit(1)
+                .build()
+                .map_err(|source| Error::Parquet { location: loc.clone(), source })?;
+            reader
+                .next()
+                .ok_or_else(|| Error::data(loc.clone(), "no rows to take the list length from"))?
+                .map_err(|e| Error::Parquet { location: loc.clone(), source: e.into() })?
+        }
+    };
     let a = batch.column(0);
     Ok(match a.data_type() {
         DataType::List(_) => a.as_list::<i32>().value_length(0) as usize,

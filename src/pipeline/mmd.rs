@@ -203,10 +203,7 @@ pub fn mmd(
     let da = Dataset::open(a, cols.clone())?;
     let db = Dataset::open(b, cols)?;
     if da.features.columns != db.features.columns {
-        return Err(Error::data(
-            crate::error::Location::file(&db.files[0].path),
-            "the two inputs have different feature columns",
-        ));
+        return Err(Error::data(db.files[0].location(), "the two inputs have different feature columns"));
     }
     let d = da.dim();
     let half = (sample_rows / 2).max(1);

@@ -17,7 +17,20 @@ use crate::pipeline::spec::Task;
 use crate::pipeline::train::{check_nonnegative, progress, stream};
 use crate::source::{Chunk, Classes, ColumnSpec, Dataset, FeatureColumns};
 
+/// Where prediction reads rows from: Parquet files or record batches in memory.
+#[derive(Debug, Clone, Copy)]
+pub enum Rows<'a> {
+    /// Parquet paths or globs.
+    Files(&'a [PathBuf]),
+    /// Batches in memory (each one a unit, named `batch N` in messages).
+    Batches(&'a [RecordBatch]),
+}
+
 fn open_for(model: &Model, inputs: &[PathBuf], with_truth: bool, keep: &[String]) -> Result<Dataset> {
+    open_rows(model, Rows::Files(inputs), with_truth, keep)
+}
+
+fn open_rows(model: &Model, rows: Rows<'_>, with_truth: bool, keep: &[String]) -> Result<Dataset> {
     let f = &model.header.features;
     let features = if f.list {
         FeatureColumns::List(f.columns[0].clone())
@@ -31,10 +44,13 @@ fn open_for(model: &Model, inputs: &[PathBuf], with_truth: bool, keep: &[String]
         keep: keep.to_vec(),
         null_labels_unlabeled: false,
     };
-    let ds = Dataset::open(inputs, spec)?;
+    let ds = match rows {
+        Rows::Files(paths) => Dataset::open(paths, spec)?,
+        Rows::Batches(b) => Dataset::from_batches("record batches", b.to_vec(), spec)?,
+    };
     if ds.dim() != f.dim {
         return Err(Error::data(
-            Location::file(&ds.files[0].path).column(f.columns[0].clone()),
+            ds.files[0].location().column(f.columns[0].clone()),
             format!("the input has {} features but the model was trained on {}", ds.dim(), f.dim),
         ));
     }
@@ -186,9 +202,13 @@ pub fn evaluate(
 fn kept_fields(ds: &Dataset, keep: &[String]) -> Result<Vec<Field>> {
     keep.iter()
         .map(|k| {
-            ds.files[0].schema().fields().iter().find(|f| f.name() == k).map(|f| f.as_ref().clone()).ok_or_else(|| {
-                Error::data(Location::file(&ds.files[0].path).column(k.clone()), "kept column not found")
-            })
+            ds.files[0]
+                .schema()
+                .fields()
+                .iter()
+                .find(|f| f.name() == k)
+                .map(|f| f.as_ref().clone())
+                .ok_or_else(|| Error::data(ds.files[0].location().column(k.clone()), "kept column not found"))
         })
         .collect()
 }
@@ -210,20 +230,56 @@ pub struct PredictOptions {
 
 /// Writes predictions for `inputs` to the Parquet file `output`, atomically.
 pub fn predict(model: &Model, inputs: &[PathBuf], output: &Path, opts: &PredictOptions) -> Result<u64> {
-    let h = &model.header;
     let ds = open_for(model, inputs, false, &opts.keep)?;
-    let mut fields = kept_fields(&ds, &opts.keep)?;
-    let c = h.outputs;
-    let pred_names: Vec<String> = match h.task {
-        Task::Classification => vec!["prediction".into()],
-        Task::Regression if c == 1 => vec!["prediction".into()],
-        Task::Regression => h.targets.iter().map(|t| format!("prediction_{t}")).collect(),
-    };
-    let score_names: Vec<String> = match (&h.classes, opts.scores) {
+    let schema = prediction_schema(model, &ds, opts)?;
+    let mut out = AtomicFile::create(output)?;
+    let mut writer = ArrowWriter::try_new(out.take_file(), schema.clone(), None)
+        .map_err(|source| Error::Parquet { location: Location::file(output), source })?;
+    let bar = progress(ds.total_rows(), "predict", opts.progress);
+    let mut rows = 0u64;
+    predict_stream(model, &ds, &schema, opts, &mut |batch| {
+        writer.write(&batch).map_err(|source| Error::Parquet { location: Location::file(output), source })?;
+        rows += batch.num_rows() as u64;
+        bar.inc(batch.num_rows() as u64);
+        Ok(())
+    })?;
+    bar.finish_and_clear();
+    writer.close().map_err(|source| Error::Parquet { location: Location::file(output), source })?;
+    out.commit()?;
+    Ok(rows)
+}
+
+/// Predictions for rows in memory or in files, returned as record batches of the
+/// columns `predict` writes (kept columns, `prediction…`, and `score_…` when asked).
+pub fn predict_rows(model: &Model, rows: Rows<'_>, opts: &PredictOptions) -> Result<Vec<RecordBatch>> {
+    let ds = open_rows(model, rows, false, &opts.keep)?;
+    let schema = prediction_schema(model, &ds, opts)?;
+    let mut out = Vec::new();
+    predict_stream(model, &ds, &schema, opts, &mut |batch| {
+        out.push(batch);
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+fn score_names(model: &Model, opts: &PredictOptions) -> Vec<String> {
+    let c = model.header.outputs;
+    match (&model.header.classes, opts.scores) {
         (Some(cl), true) if c == 1 => vec![format!("score_{}", cl.name(1))],
         (Some(cl), true) => (0..c).map(|k| format!("score_{}", cl.name(k))).collect(),
         _ => Vec::new(),
+    }
+}
+
+fn prediction_schema(model: &Model, ds: &Dataset, opts: &PredictOptions) -> Result<Arc<Schema>> {
+    let h = &model.header;
+    let mut fields = kept_fields(ds, &opts.keep)?;
+    let pred_names: Vec<String> = match h.task {
+        Task::Classification => vec!["prediction".into()],
+        Task::Regression if h.outputs == 1 => vec!["prediction".into()],
+        Task::Regression => h.targets.iter().map(|t| format!("prediction_{t}")).collect(),
     };
+    let score_names = score_names(model, opts);
     let pred_type = match &h.classes {
         Some(Classes::Int(_)) => DataType::Int64,
         Some(Classes::Str(_)) => DataType::Utf8,
@@ -239,25 +295,31 @@ pub fn predict(model: &Model, inputs: &[PathBuf], output: &Path, opts: &PredictO
         }
         fields.push(Field::new(n, if score_names.contains(n) { DataType::Float64 } else { pred_type.clone() }, false));
     }
-    let schema = Arc::new(Schema::new(fields));
-    let mut out = AtomicFile::create(output)?;
-    let mut writer = ArrowWriter::try_new(out.take_file(), schema.clone(), None)
-        .map_err(|source| Error::Parquet { location: Location::file(output), source })?;
-    let bar = progress(ds.total_rows(), "predict", opts.progress);
+    Ok(Arc::new(Schema::new(fields)))
+}
+
+fn predict_stream(
+    model: &Model,
+    ds: &Dataset,
+    schema: &Arc<Schema>,
+    opts: &PredictOptions,
+    emit: &mut dyn FnMut(RecordBatch) -> Result<()>,
+) -> Result<()> {
+    let c = model.header.outputs;
+    let scored = score_names(model, opts).len();
     let mut z = Vec::new();
-    let mut rows = 0u64;
-    stream(&ds, &ds.units(), opts.chunk_rows, &mut |ch: Chunk| {
+    stream(ds, &ds.units(), opts.chunk_rows.max(1), &mut |ch: Chunk| {
         check_nonnegative(&model.pipeline, &ch, &model.header.features)?;
         let scores = model.scores(&ch.x, ch.rows, &mut z, opts.threads);
         let mut cols: Vec<ArrayRef> = ch.keep.clone();
-        match &h.classes {
+        match &model.header.classes {
             Some(classes) => {
                 let idx = model.classify(&scores);
                 cols.push(match classes {
                     Classes::Int(v) => Arc::new(Int64Array::from_iter_values(idx.iter().map(|&k| v[k]))),
                     Classes::Str(v) => Arc::new(StringArray::from_iter_values(idx.iter().map(|&k| v[k].as_str()))),
                 });
-                for k in 0..score_names.len() {
+                for k in 0..scored {
                     cols.push(Arc::new(Float64Array::from_iter_values((0..ch.rows).map(|r| scores[r * c + k]))));
                 }
             }
@@ -269,15 +331,8 @@ pub fn predict(model: &Model, inputs: &[PathBuf], output: &Path, opts: &PredictO
         }
         let batch = RecordBatch::try_new(schema.clone(), cols)
             .map_err(|e| Error::data(ch.location.clone(), format!("cannot assemble output rows: {e}")))?;
-        writer.write(&batch).map_err(|source| Error::Parquet { location: Location::file(output), source })?;
-        rows += ch.rows as u64;
-        bar.inc(ch.rows as u64);
-        Ok(())
-    })?;
-    bar.finish_and_clear();
-    writer.close().map_err(|source| Error::Parquet { location: Location::file(output), source })?;
-    out.commit()?;
-    Ok(rows)
+        emit(batch)
+    })
 }
 
 /// Writes the PCA features `p(x)` of `inputs` (a `FixedSizeList<f32, ΣE>` column `pca`,

@@ -110,22 +110,40 @@ impl Prepared {
 /// Opens and checks the inputs, scans the classes, fits the stages and the shift on
 /// the pre-pass sample, and checks the memory the run needs.
 pub fn prepare(spec: &PipelineSpec, say: &mut dyn FnMut(&str)) -> Result<Prepared> {
+    if spec.data.train.is_empty() {
+        return Err(Error::config(&spec.source, "data.train", "no training files given"));
+    }
     let labeled = Dataset::open(&spec.data.train, spec.columns())?;
-    let d = labeled.dim();
     let unlabeled = if spec.data.unlabeled.is_empty() {
         None
     } else {
-        let u = Dataset::open(&spec.data.unlabeled, spec.feature_only_columns())?;
-        if u.dim() != d || u.features.columns != labeled.features.columns {
-            return Err(Error::data(
-                Location::file(&u.files[0].path),
-                format!(
-                    "the unlabeled files have {} features, the training files {d}: the feature columns must match",
-                    u.dim()
-                ),
-            ));
+        Some(Dataset::open(&spec.data.unlabeled, spec.feature_only_columns())?)
+    };
+    prepare_inputs(spec, labeled, unlabeled, say)
+}
+
+/// [`prepare`] on inputs already opened (files, or batches in memory).
+pub fn prepare_inputs(
+    spec: &PipelineSpec,
+    labeled: Dataset,
+    unlabeled: Option<Dataset>,
+    say: &mut dyn FnMut(&str),
+) -> Result<Prepared> {
+    let d = labeled.dim();
+    let unlabeled = match unlabeled {
+        None => None,
+        Some(u) => {
+            if u.dim() != d || u.features.columns != labeled.features.columns {
+                return Err(Error::data(
+                    u.files[0].location(),
+                    format!(
+                        "the unlabeled files have {} features, the training files {d}: the feature columns must match",
+                        u.dim()
+                    ),
+                ));
+            }
+            Some(u)
         }
-        Some(u)
     };
     for files in [&spec.data.test, &spec.data.validation] {
         if !files.is_empty() {
@@ -137,7 +155,7 @@ pub fn prepare(spec: &PipelineSpec, say: &mut dyn FnMut(&str)) -> Result<Prepare
             let classes = labeled.scan_classes()?;
             if classes.len() < 2 {
                 return Err(Error::data(
-                    Location::file(&labeled.files[0].path).column(spec.data.label.clone().unwrap_or_default()),
+                    labeled.files[0].location().column(spec.data.label.clone().unwrap_or_default()),
                     format!(
                         "the label column has {} distinct value(s); classification needs at least 2",
                         classes.len()
@@ -1303,6 +1321,16 @@ fn finish(
 /// resume as asked), solve.
 pub fn train(spec: &PipelineSpec, opts: &RunOptions, say: &mut dyn FnMut(&str)) -> Result<Model> {
     let prep = prepare(spec, say)?;
+    train_prepared(spec, opts, prep, say)
+}
+
+/// [`train`] from a [`Prepared`] run (see [`prepare_inputs`] for batches in memory).
+pub fn train_prepared(
+    spec: &PipelineSpec,
+    opts: &RunOptions,
+    prep: Prepared,
+    say: &mut dyn FnMut(&str),
+) -> Result<Model> {
     // The inputs are open (and registered) now: refuse a bad output before the pass.
     for out in opts.output.iter().chain(&opts.checkpoint) {
         crate::atomic::check_output(out)?;

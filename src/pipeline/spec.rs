@@ -336,17 +336,22 @@ impl PipelineSpec {
             ridge: section(&mut table, "ridge", file)?,
             run: section(&mut table, "run", file)?,
         };
-        spec.validate()?;
+        if spec.data.train.is_empty() {
+            return Err(Error::config(file, "data.train", "no training files given"));
+        }
+        spec.check()?;
         Ok(spec)
     }
 
-    fn validate(&self) -> Result<()> {
+    /// Checks every setting a pipeline file's would be checked for, except that training
+    /// files are given (a pipeline built in code may fit on batches in memory).
+    pub fn check(&self) -> Result<()> {
         let f = self.source.as_str();
         if self.stages.is_empty() {
             return Err(Error::config(f, "stages", "no sketch stages; add at least one [[stages]] table"));
         }
-        if self.data.train.is_empty() {
-            return Err(Error::config(f, "data.train", "no training files given"));
+        for (i, st) in self.stages.iter().enumerate() {
+            st.validate(f, &format!("stages.{i}"))?;
         }
         if !self.data.features.is_empty() && self.data.feature_list.is_some() {
             return Err(Error::config(f, "data.feature_list", "give either features or feature_list, not both"));

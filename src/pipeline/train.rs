@@ -45,6 +45,8 @@ pub fn stream(
 }
 
 /// What [`stream_mapped`] hands the consumer, in input order.
+// One value per chunk of thousands of rows: boxing the chunk would save nothing measurable.
+#[allow(clippy::large_enum_variant)]
 pub enum Mapped<'a, M> {
     /// A chunk of the unit tagged `tag`, its mapped features and what `map` returned.
     Chunk {

@@ -1698,3 +1698,81 @@ impl FeaturePipeline {
         }
     }
 }
+
+/// The pipeline file's defaults for a stage kind, for building stages in code
+/// (`TensorSketchSpec { degree: 3, ..Default::default() }`): an empty table read with
+/// the file's own rules, so code and files can never disagree.
+macro_rules! file_defaults {
+    ($($t:ty),* $(,)?) => {$(
+        impl Default for $t {
+            #[allow(clippy::expect_used)] // Invariant: every field has a serde default (tested below).
+            fn default() -> Self {
+                toml::Value::Table(toml::Table::new()).try_into().expect("every field has a default")
+            }
+        }
+    )*};
+}
+file_defaults!(
+    IdentitySpec,
+    TensorSketchSpec,
+    RandomMaclaurinSpec,
+    RecursiveSpec,
+    CraftmapsSpec,
+    RffSpec,
+    Chi2Spec,
+    Chi2ChebyshevSpec,
+    ExpChi2Spec,
+    GaussianSketchSpec,
+    GaussianSketchHdSpec,
+);
+
+macro_rules! into_stage {
+    ($($t:ty => $v:ident),* $(,)?) => {$(
+        impl From<$t> for StageSpec {
+            fn from(s: $t) -> StageSpec {
+                StageSpec::$v(s)
+            }
+        }
+    )*};
+}
+into_stage!(
+    IdentitySpec => Identity,
+    TensorSketchSpec => TensorSketch,
+    RandomMaclaurinSpec => RandomMaclaurin,
+    RecursiveSpec => RecursiveTensorSketch,
+    CraftmapsSpec => Craftmaps,
+    RffSpec => Rff,
+    Chi2Spec => Chi2,
+    Chi2ChebyshevSpec => Chi2Chebyshev,
+    ExpChi2Spec => ExpChi2,
+    GaussianSketchSpec => GaussianSketch,
+    GaussianSketchHdSpec => GaussianSketchHd,
+);
+
+#[cfg(test)]
+mod defaults_tests {
+    use super::*;
+
+    #[test]
+    fn code_defaults_equal_the_file_defaults_and_validate() {
+        let all = [
+            StageSpec::Identity(Default::default()),
+            StageSpec::TensorSketch(Default::default()),
+            StageSpec::RandomMaclaurin(Default::default()),
+            StageSpec::RecursiveTensorSketch(Default::default()),
+            StageSpec::Craftmaps(Default::default()),
+            StageSpec::Rff(Default::default()),
+            StageSpec::Chi2(Default::default()),
+            StageSpec::Chi2Chebyshev(Default::default()),
+            StageSpec::ExpChi2(Default::default()),
+            StageSpec::GaussianSketch(Default::default()),
+            StageSpec::GaussianSketchHd(Default::default()),
+        ];
+        assert_eq!(all.len(), KINDS.len());
+        for (spec, kind) in all.iter().zip(KINDS) {
+            let table = toml::Table::from_iter([("kind".to_string(), toml::Value::String(kind.to_string()))]);
+            assert_eq!(&StageSpec::from_toml(&table, "t", "stages.0").unwrap(), spec, "{kind}");
+            spec.validate("t", "stages.0").unwrap();
+        }
+    }
+}

@@ -4,6 +4,7 @@
 
 mod common;
 
+mod api;
 mod bad_input;
 mod batch;
 mod chi2_rff_stats;

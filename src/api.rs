@@ -1,0 +1,241 @@
+//! The typed library API: a pipeline built in code (or read from a file), fitted on
+//! Arrow record batches in memory or on Parquet files, and a [`Model`] that predicts on
+//! a record batch or a row-major slice. The pipeline file and the command line are a
+//! thin layer over the same driver; this is the surface other languages bind to.
+//!
+//! Batches in memory are held for the run (the driver reads its input more than once:
+//! the class scan, the pre-pass sample, the pass); for data larger than memory, give
+//! Parquet paths, which are streamed.
+
+use std::path::{Path, PathBuf};
+
+use arrow_array::RecordBatch;
+
+use crate::error::{Error, Result};
+use crate::model::Model;
+use crate::pipeline::predict::{predict_rows, PredictOptions, Rows};
+use crate::pipeline::run::{prepare, prepare_inputs, train_prepared, RunOptions};
+use crate::pipeline::spec::{DataSpec, LambdaValue, NullLabels, PipelineSpec, Task};
+use crate::sketch::StageSpec;
+use crate::source::Dataset;
+use crate::stats::Precision;
+
+/// How λ is chosen.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Lambda {
+    /// Generalised cross-validation over the grid (the default).
+    Gcv,
+    /// Generalised cross-validation with one λ per output.
+    GcvPerOutput,
+    /// A fixed λ ≥ 0 (solved by one Cholesky factorisation when there is no PCA).
+    Fixed(f64),
+}
+
+/// A pipeline: columns, stages, PCA, ridge and run settings, checked like a pipeline
+/// file when it is fitted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pipeline {
+    spec: PipelineSpec,
+}
+
+impl Pipeline {
+    fn new(task: Task, label: Option<String>, targets: Vec<String>) -> Pipeline {
+        let data = DataSpec {
+            train: Vec::new(),
+            test: Vec::new(),
+            features: Vec::new(),
+            feature_list: None,
+            label,
+            targets,
+            unlabeled: Vec::new(),
+            validation: Vec::new(),
+            null_labels: NullLabels::default(),
+        };
+        Pipeline {
+            spec: PipelineSpec {
+                source: "pipeline built in code".into(),
+                task,
+                passes: 1,
+                data,
+                stages: Vec::new(),
+                pca: Default::default(),
+                ridge: Default::default(),
+                run: Default::default(),
+            },
+        }
+    }
+
+    /// A classifier of the column `label` (integers or strings).
+    pub fn classification(label: impl Into<String>) -> Pipeline {
+        Pipeline::new(Task::Classification, Some(label.into()), Vec::new())
+    }
+
+    /// A regressor of the numeric columns `targets`.
+    pub fn regression<S: Into<String>>(targets: impl IntoIterator<Item = S>) -> Pipeline {
+        Pipeline::new(Task::Regression, None, targets.into_iter().map(Into::into).collect())
+    }
+
+    /// A pipeline file with `--set`-style overrides (`key=value`).
+    pub fn load(path: &Path, overrides: &[String]) -> Result<Pipeline> {
+        Ok(Pipeline { spec: PipelineSpec::load(path, overrides)? })
+    }
+
+    /// Feature columns by name or glob (default: every numeric column but the label and
+    /// targets).
+    pub fn features<S: Into<String>>(mut self, names: impl IntoIterator<Item = S>) -> Self {
+        self.spec.data.features = names.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// One list column holding each row's features, instead of [`Pipeline::features`].
+    pub fn feature_list(mut self, column: impl Into<String>) -> Self {
+        self.spec.data.feature_list = Some(column.into());
+        self
+    }
+
+    /// Appends a sketch stage (stages are concatenated).
+    pub fn stage(mut self, stage: impl Into<StageSpec>) -> Self {
+        self.spec.stages.push(stage.into());
+        self
+    }
+
+    /// Keeps the top `components` PCA components.
+    pub fn pca(mut self, components: usize) -> Self {
+        self.spec.pca.components = Some(components);
+        self
+    }
+
+    /// How λ is chosen.
+    pub fn lambda(mut self, lambda: Lambda) -> Self {
+        let (value, per_output) = match lambda {
+            Lambda::Gcv => (LambdaValue::Word("gcv".into()), false),
+            Lambda::GcvPerOutput => (LambdaValue::Word("gcv".into()), true),
+            Lambda::Fixed(l) => (LambdaValue::Number(l), false),
+        };
+        self.spec.ridge.lambda = value;
+        self.spec.ridge.per_output = per_output;
+        self
+    }
+
+    /// The seed of every random parameter (same data, pipeline and seed: same model).
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.spec.run.seed = seed;
+        self
+    }
+
+    /// Worker threads (0: all cores).
+    pub fn threads(mut self, threads: usize) -> Self {
+        self.spec.run.threads = threads;
+        self
+    }
+
+    /// Precision of the Gram products.
+    pub fn gram(mut self, precision: Precision) -> Self {
+        self.spec.run.gram = precision;
+        self
+    }
+
+    /// Files of held-out rows: λ is chosen on them (by accuracy or RMSE).
+    pub fn validation<P: Into<PathBuf>>(mut self, files: impl IntoIterator<Item = P>) -> Self {
+        self.spec.data.validation = files.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The full specification, as a pipeline file would give it.
+    pub fn spec(&self) -> &PipelineSpec {
+        &self.spec
+    }
+
+    /// Every other setting (two passes, per-stage PCA, solver, memory limit, …).
+    pub fn spec_mut(&mut self) -> &mut PipelineSpec {
+        &mut self.spec
+    }
+
+    /// Checks every setting, naming the key of the first that is wrong.
+    pub fn check(&self) -> Result<()> {
+        self.spec.check()
+    }
+
+    /// Fits on record batches in memory. Each batch is a unit of work (like a Parquet
+    /// row group) and all must share one schema; errors name the batch, row and column.
+    pub fn fit(&self, batches: impl IntoIterator<Item = RecordBatch>) -> Result<Model> {
+        self.check()?;
+        let data = Dataset::from_batches("record batches", batches.into_iter().collect(), self.spec.columns())?;
+        let prep = prepare_inputs(&self.spec, data, None, &mut |_| {})?;
+        train_prepared(&self.spec, &RunOptions::default(), prep, &mut |_| {})
+    }
+
+    /// Fits on Parquet files (paths or globs), streamed in bounded memory.
+    pub fn fit_files<P: Into<PathBuf>>(&self, files: impl IntoIterator<Item = P>) -> Result<Model> {
+        let mut spec = self.spec.clone();
+        spec.data.train = files.into_iter().map(Into::into).collect();
+        spec.check()?;
+        let prep = prepare(&spec, &mut |_| {})?;
+        train_prepared(&spec, &RunOptions::default(), prep, &mut |_| {})
+    }
+}
+
+fn all_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+impl Model {
+    /// The prediction columns for a record batch: `prediction` (the class label, or the
+    /// value for one target; `prediction_<target>` for several), plus `score_<class>`
+    /// columns when `scores` is set. The batch needs the model's feature columns.
+    pub fn predict_batch(&self, batch: &RecordBatch, scores: bool) -> Result<RecordBatch> {
+        if batch.num_rows() == 0 {
+            return Err(self.refuse("the batch has no rows"));
+        }
+        let opts = PredictOptions {
+            keep: Vec::new(),
+            scores,
+            chunk_rows: batch.num_rows(),
+            threads: all_cores(),
+            progress: false,
+        };
+        let mut out = predict_rows(self, Rows::Batches(std::slice::from_ref(batch)), &opts)?;
+        match out.len() {
+            1 => Ok(out.remove(0)),
+            n => Err(Error::Internal(format!("one batch gave {n} prediction batches"))),
+        }
+    }
+
+    /// The decision values `f(x)` (row-major `rows × outputs`) of row-major features
+    /// `x` (`rows × d`, columns in the model's feature order).
+    pub fn decision_function(&self, x: &[f32]) -> Result<Vec<f64>> {
+        let rows = self.rows_of(x)?;
+        let mut z = Vec::new();
+        Ok(self.scores(x, rows, &mut z, all_cores()))
+    }
+
+    /// The predicted class index of every row of row-major features `x` (see
+    /// [`crate::source::Classes::name`] for the labels).
+    pub fn predict_classes(&self, x: &[f32]) -> Result<Vec<usize>> {
+        if self.header.classes.is_none() {
+            return Err(self.refuse("a regression model has no classes; use decision_function"));
+        }
+        Ok(self.classify(&self.decision_function(x)?))
+    }
+
+    fn rows_of(&self, x: &[f32]) -> Result<usize> {
+        let d = self.header.features.dim;
+        if d == 0 || !x.len().is_multiple_of(d) {
+            return Err(self.refuse(format!("{} values are not whole rows of the model's {d} features", x.len())));
+        }
+        if let Some(p) = x.iter().position(|v| !v.is_finite()) {
+            return Err(self.refuse(format!("row {}, feature {}: value {} is not finite", p / d, p % d, x[p])));
+        }
+        if self.header.stages.iter().any(StageSpec::needs_nonnegative) {
+            if let Some(p) = x.iter().position(|&v| v < 0.0) {
+                return Err(self.refuse(format!(
+                    "row {}, feature {}: value {} is negative; the model's χ² stages need non-negative inputs",
+                    p / d,
+                    p % d,
+                    x[p]
+                )));
+            }
+        }
+        Ok(x.len() / d)
+    }
+}
