@@ -103,6 +103,10 @@ pub struct ValidationTable {
     /// The chosen λ per output.
     #[serde(with = "json_f64::vec")]
     pub chosen: Vec<f64>,
+    /// Rows of the final solve when the model was refitted at the chosen λ on the
+    /// training and validation rows together (`ridge.refit`); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refit_rows: Option<u64>,
 }
 
 /// One PCA projection `p = Ūᵀ(z[start..end] − z̄)`.

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Location, Result};
 use crate::model::{header_base, Model, ModelHeader, Projection, ProjectionInfo, ValidationTable};
-use crate::pipeline::spec::{Metric, PcaMethod, PipelineSpec, ShiftMode, Task};
+use crate::pipeline::spec::{LambdaValue, Metric, PcaMethod, PipelineSpec, ShiftMode, Task};
 use crate::pipeline::train::{
     check_nonnegative, encode_targets, lambda_text, progress, sample_mean, Mapped, Reservoir,
 };
@@ -1105,7 +1105,7 @@ fn fold(solved: &Solved, wp: Vec<f64>, bp: Vec<f64>, dim: usize) -> (Vec<f64>, V
 
 /// The solved space's features `φ(x) − mean_L` of a chunk, where φ is `z` (one pass) or
 /// the projection (two passes): every λ's validation scores are linear in them.
-fn centred_features(solved: &Solved, z: &[f32], rows: usize, dim: usize) -> (Vec<f64>, usize) {
+fn centred_features(solved: &Solved, z: &[f32], rows: usize, dim: usize) -> (Vec<f64>, Vec<f64>, usize) {
     let (phi, width): (Vec<f64>, usize) = match &solved.pcas {
         None => (z[..rows * dim].iter().map(|&v| f64::from(v)).collect(), dim),
         Some(p) => {
@@ -1115,7 +1115,7 @@ fn centred_features(solved: &Solved, z: &[f32], rows: usize, dim: usize) -> (Vec
     };
     let mean = &solved.labeled.mean;
     let centred = phi.chunks_exact(width.max(1)).flat_map(|r| r.iter().zip(mean).map(|(v, m)| v - m)).collect();
-    (centred, width)
+    (phi, centred, width)
 }
 
 #[allow(clippy::expect_used)] // Invariant: `q` is rows × qw by construction just above.
@@ -1124,6 +1124,7 @@ fn validate(
     prep_pipeline: &FeaturePipeline,
     classes: Option<&Classes>,
     solved: &Solved,
+    mut refit: Option<&mut GramStats>,
     say: &mut dyn FnMut(&str),
 ) -> Result<(ValidationTable, Vec<f64>)> {
     let ds = Dataset::open(&spec.data.validation, ColumnsFor::labeled(spec))?;
@@ -1147,7 +1148,7 @@ fn validate(
         check_nonnegative(prep_pipeline, &ch, &ds.features)?;
         z.resize(ch.rows * dim, 0.0);
         prep_pipeline.map_chunk(&ch.x, ch.rows, &mut z, threads);
-        let (q, qw) = centred_features(solved, &z, ch.rows, dim);
+        let (phi, q, qw) = centred_features(solved, &z, ch.rows, dim);
         let (truth, y): (Vec<u32>, Vec<f64>) = match classes {
             Some(cl) => {
                 let loc = ch.location.clone().column(spec.data.label.clone().unwrap_or_default());
@@ -1160,6 +1161,13 @@ fn validate(
             }
             None => (Vec::new(), ch.targets.clone()),
         };
+        if let Some(st) = refit.as_deref_mut() {
+            // The refit's statistics, in the space the training statistics are in.
+            match &solved.pcas {
+                None => st.add_with(&z[..ch.rows * dim], &y, ch.rows, threads, spec.run.gram)?,
+                Some(_) => st.add_f64(&phi, &y, ch.rows, threads)?,
+            }
+        }
         let qv = ndarray::ArrayView2::from_shape((ch.rows, qw), &q).expect("chunk features match the solved width");
         let f_all = qv.dot(&all_w);
         for li in 0..grid.len() {
@@ -1227,8 +1235,19 @@ fn validate(
         score,
         rmse_per_output: rmse,
         chosen: chosen.clone(),
+        refit_rows: None,
     };
     Ok((table, chosen))
+}
+
+/// Adds the validation rows' statistics to the labeled (one pass) or pass-two statistics.
+fn refit_state(state: &mut State, held_out: &GramStats) -> Result<()> {
+    let target = match state {
+        State::One { labeled, .. } => labeled,
+        State::Two { pass2: Some(p2), .. } => p2,
+        State::Two { pass2: None, .. } => return Err(Error::Internal("refit before pass two".into())),
+    };
+    target.merge(held_out).map_err(|e| Error::Internal(format!("validation statistics: {e}")))
 }
 
 /// Solves the accumulated state into a model (λ by GCV, fixed, or validation).
@@ -1244,7 +1263,7 @@ fn finish(
     say: &mut dyn FnMut(&str),
 ) -> Result<Model> {
     let start = std::time::Instant::now();
-    let solved = solve_state(spec, state, pcas, say)?;
+    let mut solved = solve_state(spec, state, pcas.clone(), say)?;
     let dim = pipeline.output_dim();
     let lambda = spec.lambda()?;
     let use_validation = !spec.data.validation.is_empty() && !matches!(lambda, LambdaChoice::Fixed(_));
@@ -1254,8 +1273,36 @@ fn finish(
         lambda.pick(gcv.as_ref(), c).ok_or_else(|| Error::Internal("GCV asked of a path without a spectrum".into()))?;
     let mut validation = None;
     if use_validation {
-        let (table, chosen) = validate(spec, &pipeline, classes.as_ref(), &solved, say)?;
+        let target = match &*state {
+            State::One { labeled, .. } => Some(labeled),
+            State::Two { pass2, .. } => pass2.as_ref(),
+        };
+        let mut held_out = match target {
+            Some(t) if spec.ridge.refit => Some(GramStats::new(t.shift.clone(), t.c)),
+            _ => None,
+        };
+        let (mut table, chosen) = validate(spec, &pipeline, classes.as_ref(), &solved, held_out.as_mut(), say)?;
         lambdas = chosen;
+        if let Some(held_out) = held_out {
+            let trained = solved.rows;
+            refit_state(state, &held_out)?;
+            // The same problem on more rows at the λ just chosen: a shared λ without PCA
+            // is one Cholesky factorisation.
+            let mut at = spec.clone();
+            at.data.validation.clear();
+            if lambdas.iter().all(|&l| l == lambdas[0]) && lambdas[0] > 0.0 {
+                at.ridge.lambda = LambdaValue::Number(lambdas[0]);
+                at.ridge.per_output = false;
+            }
+            solved = solve_state(&at, state, pcas, say)?;
+            say(&format!(
+                "ridge: refit at λ = {} on {} rows ({trained} training + {} validation)",
+                lambda_text(&lambdas),
+                solved.rows,
+                held_out.n
+            ));
+            table.refit_rows = Some(solved.rows);
+        }
         validation = Some(table);
     } else if let Some(g) = &gcv {
         let i = g.chosen_shared;

@@ -128,6 +128,15 @@ pub struct RidgeSpec {
     /// Solve path: `"auto"` (default), `"eigen"`, `"cholesky"` or `"tridiagonal"`.
     #[serde(default)]
     pub solver: SolvePath,
+    /// With `data.validation`: after λ is chosen on the validation rows, solve again at
+    /// that λ on the training and validation rows together (their statistics are taken
+    /// in the scoring stream, so no further pass). Default true.
+    #[serde(default = "yes")]
+    pub refit: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// How validation scores a λ.
@@ -146,7 +155,7 @@ fn default_lambda() -> LambdaValue {
 
 impl Default for RidgeSpec {
     fn default() -> Self {
-        RidgeSpec { lambda: default_lambda(), per_output: false, metric: None, solver: SolvePath::Auto }
+        RidgeSpec { lambda: default_lambda(), per_output: false, metric: None, solver: SolvePath::Auto, refit: true }
     }
 }
 

@@ -446,7 +446,8 @@ fn validation_scores_equal_scoring_each_lambda_separately() {
     let body = CLASSIFY.replace("label = \"label\"", "label = \"label\"\nvalidation = [\"valid.parquet\"]");
     let p = pipeline(&dir, &body);
     let mpath = dir.path("v.sfm");
-    let out = run_ok(&["train", &p, "-o", mpath.to_str().unwrap(), "-q"]);
+    // Without the refit, the model is the training rows' model at the chosen λ.
+    let out = run_ok(&["train", &p, "-o", mpath.to_str().unwrap(), "-q", "--set", "ridge.refit=false"]);
     assert!(out.contains("trained on 900 rows"));
     let m = Model::load(&mpath).unwrap();
     let table = m.header.validation.clone().expect("a validation table");
@@ -474,6 +475,41 @@ fn validation_scores_equal_scoring_each_lambda_separately() {
             table.score[i]
         );
     }
+}
+
+#[test]
+fn a_validation_refit_equals_training_on_both_files_at_the_chosen_lambda() {
+    let dir = TempDir::new("refit");
+    write_data(&dir.path("train.parquet"), 900, 150, 10);
+    write_data(&dir.path("valid.parquet"), 300, 150, 11);
+    let no_pca = CLASSIFY.replace("[pca]\ncomponents = 40\n", "");
+    for (name, body) in [("pca", CLASSIFY.to_string()), ("no-pca", no_pca)] {
+        let with_validation = body.replace("label = \"label\"", "label = \"label\"\nvalidation = [\"valid.parquet\"]");
+        let p = pipeline(&dir, &with_validation);
+        let refit = dir.path(&format!("{name}-refit.sfm"));
+        let out = run_ok(&["train", &p, "-o", refit.to_str().unwrap(), "-q"]);
+        assert!(out.contains("trained on 1200 rows"), "{name}: {out}");
+        let m = Model::load(&refit).unwrap();
+        let table = m.header.validation.clone().expect("a validation table");
+        assert_eq!((table.rows, table.refit_rows, m.header.rows), (300, Some(1200), 1200), "{name}");
+        // The same rows trained in one pass at the chosen λ.
+        let both = body.replace("train = [\"train.parquet\"]", "train = [\"train.parquet\", \"valid.parquet\"]");
+        let p = pipeline(&dir, &both);
+        let direct = dir.path(&format!("{name}-direct.sfm"));
+        let lambda = format!("ridge.lambda={:e}", m.header.lambdas[0]);
+        run_ok(&["train", &p, "-o", direct.to_str().unwrap(), "-q", "--set", &lambda]);
+        let d = Model::load(&direct).unwrap();
+        assert_eq!(d.header.rows, 1200);
+        assert!(rel(&m.weights, &d.weights) < 1e-7, "{name}: weights differ by {:e}", rel(&m.weights, &d.weights));
+        assert!(rel(&m.bias, &d.bias) < 1e-7, "{name}: bias differs by {:e}", rel(&m.bias, &d.bias));
+    }
+    // Two passes: the validation rows join the pass-two statistics.
+    let two = CLASSIFY.replace("[data]", "passes = 2\n[data]").replace(
+        "label = \"label\"",
+        "label = \"label\"\nvalidation = [\"valid.parquet\"]",
+    );
+    let out = run_ok(&["train", &pipeline(&dir, &two), "-o", dir.path("two.sfm").to_str().unwrap(), "-q"]);
+    assert!(out.contains("trained on 1200 rows"), "{out}");
 }
 
 #[test]
