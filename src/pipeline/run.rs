@@ -319,12 +319,21 @@ fn check_memory(spec: &PipelineSpec, prep: &Prepared, say: &mut dyn FnMut(&str))
     let solve = solve_bytes(path, solve_dim, c);
     // The chunk buffers are gone by the solve: the copy has to fit beside the statistics.
     let in_place = path == SolvePath::Cholesky && limit.is_some_and(|l| stats + solve > l);
-    let needed = stats + buffers + if in_place { 0 } else { solve };
+    // A refit keeps the validation rows' statistics beside the solve's matrices.
+    let refit =
+        spec.ridge.refit && !spec.data.validation.is_empty() && !matches!(spec.lambda()?, LambdaChoice::Fixed(_));
+    let held_out = if refit { GramStats::bytes_for(solve_dim, c) } else { 0 };
+    let needed = stats + held_out + buffers + if in_place { 0 } else { solve };
     say(&format!(
         "memory: statistics {} (D = {dim}, {} pass(es){}), chunk buffers {}, solve {} ({} path{}); {} rows × d = {d} in {} file(s)",
-        mib(stats),
+        mib(stats + held_out),
         spec.passes,
-        if prep.semi { ", labeled and unlabeled" } else { "" },
+        match (prep.semi, refit) {
+            (true, true) => ", labeled, unlabeled and validation",
+            (true, false) => ", labeled and unlabeled",
+            (false, true) => ", training and validation",
+            (false, false) => "",
+        },
         mib(buffers),
         mib(if in_place { 0 } else { solve }),
         path.name(),

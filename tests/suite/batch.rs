@@ -504,10 +504,9 @@ fn a_validation_refit_equals_training_on_both_files_at_the_chosen_lambda() {
         assert!(rel(&m.bias, &d.bias) < 1e-7, "{name}: bias differs by {:e}", rel(&m.bias, &d.bias));
     }
     // Two passes: the validation rows join the pass-two statistics.
-    let two = CLASSIFY.replace("[data]", "passes = 2\n[data]").replace(
-        "label = \"label\"",
-        "label = \"label\"\nvalidation = [\"valid.parquet\"]",
-    );
+    let two = CLASSIFY
+        .replace("[data]", "passes = 2\n[data]")
+        .replace("label = \"label\"", "label = \"label\"\nvalidation = [\"valid.parquet\"]");
     let out = run_ok(&["train", &pipeline(&dir, &two), "-o", dir.path("two.sfm").to_str().unwrap(), "-q"]);
     assert!(out.contains("trained on 1200 rows"), "{out}");
 }
