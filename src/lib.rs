@@ -44,6 +44,7 @@
 
 pub mod api;
 pub mod chol;
+pub mod codes;
 pub mod container;
 pub mod error;
 pub mod rng;

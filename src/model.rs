@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::codes::OutputCode;
 use crate::container::{ContainerError, Dtype};
 use crate::error::{Error, Result};
 use crate::pipeline::spec::Task;
@@ -78,6 +79,9 @@ pub struct ModelHeader {
     /// The ridge solve path that ran (`eigen`, `cholesky`, `tridiagonal`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub solver: Option<String>,
+    /// The error-correcting output code's rows, one per class (absent: one-vs-all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<Vec<Vec<i8>>>,
 }
 
 fn one() -> u32 {
@@ -216,22 +220,20 @@ impl Model {
     /// Predicted class index per row from scores (one-vs-all argmax, ties to the lower
     /// index; binary: the second class iff `f > 0`).
     pub fn classify(&self, scores: &[f64]) -> Vec<usize> {
-        let c = self.header.outputs;
-        if c == 1 {
-            return scores.iter().map(|&s| usize::from(s > 0.0)).collect();
+        self.output_code().decode(scores)
+    }
+
+    /// How the model's classes map to its outputs (one-vs-all unless it stores a code).
+    pub fn output_code(&self) -> OutputCode {
+        let classes = self.header.classes.as_ref().map_or(2, Classes::len);
+        match &self.header.code {
+            None => OutputCode::OneVsAll { classes },
+            Some(rows) => OutputCode::Matrix {
+                classes: rows.len(),
+                length: self.header.outputs,
+                m: rows.iter().flatten().copied().collect(),
+            },
         }
-        scores
-            .chunks_exact(c)
-            .map(|s| {
-                let mut best = 0;
-                for k in 1..c {
-                    if s[k] > s[best] {
-                        best = k;
-                    }
-                }
-                best
-            })
-            .collect()
     }
 
     fn arrays(&self) -> Vec<(String, Dtype, Vec<usize>, Vec<u8>)> {
@@ -350,6 +352,12 @@ impl Model {
                 basis: get_f64(&format!("proj{i}.basis"), len * info.components)?,
                 eigenvalues: get_f64(&format!("proj{i}.eigenvalues"), ev)?,
             });
+        }
+        if let Some(rows) = &header.code {
+            let code = OutputCode::from_rows(rows).map_err(|e| bad(format!("output code: {e}")))?;
+            if code.classes() != header.classes.as_ref().map_or(0, Classes::len) || code.outputs() != c {
+                return Err(bad("the output code does not match the classes and outputs".into()));
+            }
         }
         let pipeline = FeaturePipeline::from_stages(stages, d);
         if pipeline.output_dim() != dim {

@@ -16,12 +16,11 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::codes::OutputCode;
 use crate::error::{Error, Location, Result};
 use crate::model::{header_base, Model, ModelHeader, Projection, ProjectionInfo, ValidationTable};
-use crate::pipeline::spec::{LambdaValue, Metric, PcaMethod, PipelineSpec, ShiftMode, Task};
-use crate::pipeline::train::{
-    check_nonnegative, encode_targets, lambda_text, progress, sample_mean, Mapped, Reservoir,
-};
+use crate::pipeline::spec::{Codes, LambdaValue, Metric, PcaMethod, PipelineSpec, ShiftMode, Task};
+use crate::pipeline::train::{check_nonnegative, lambda_text, progress, sample_mean, Mapped, Reservoir};
 use crate::rng::StageRng;
 use crate::sketch::{FeaturePipeline, StageSpec};
 use crate::solve::{Components, LambdaChoice, Pca, Ridge, RotatedProblem, SolvePath};
@@ -59,6 +58,8 @@ pub struct Prepared {
     pub unlabeled: Option<Dataset>,
     /// Classes (classification).
     pub classes: Option<Classes>,
+    /// How classes become targets (classification).
+    pub code: Option<OutputCode>,
     /// Outputs.
     pub c: usize,
     /// Stages with fitted parameters.
@@ -166,11 +167,11 @@ pub fn prepare_inputs(
         }
         Task::Regression => None,
     };
-    let c = match &classes {
-        Some(k) if k.len() == 2 => 1,
-        Some(k) => k.len(),
-        None => spec.data.targets.len(),
+    let code = match &classes {
+        Some(k) => Some(output_code(spec, k.len())?),
+        None => None,
     };
+    let c = code.as_ref().map_or(spec.data.targets.len(), OutputCode::outputs);
     let mut work: Vec<WorkUnit> = labeled.units().into_iter().map(|unit| WorkUnit { unlabeled: false, unit }).collect();
     if let Some(u) = &unlabeled {
         work.extend(u.units().into_iter().map(|unit| WorkUnit { unlabeled: true, unit }));
@@ -222,9 +223,31 @@ pub fn prepare_inputs(
     let files: Vec<String> =
         labeled.identity().into_iter().chain(unlabeled.iter().flat_map(Dataset::identity)).collect();
     let fingerprint = spec.fingerprint(&stages, spec.run.shift, &files);
-    let prep = Prepared { labeled, unlabeled, classes, c, stages, pipeline, shift, fingerprint, work, semi };
+    let prep = Prepared { labeled, unlabeled, classes, code, c, stages, pipeline, shift, fingerprint, work, semi };
     check_memory(spec, &prep, say)?;
     Ok(prep)
+}
+
+/// The output code of a classification run (`ridge.codes`).
+fn output_code(spec: &PipelineSpec, classes: usize) -> Result<OutputCode> {
+    let f = spec.source.as_str();
+    match (spec.ridge.codes, &spec.ridge.code_file) {
+        (Codes::OneVsAll, _) => Ok(OutputCode::OneVsAll { classes }),
+        (Codes::Ecoc, Some(path)) => {
+            let bytes = crate::atomic::read_input(path)?;
+            let text = String::from_utf8(bytes).map_err(|_| Error::data(Location::file(path), "not UTF-8 text"))?;
+            let code = OutputCode::parse(&text).map_err(|e| Error::data(Location::file(path), e.to_string()))?;
+            if code.classes() != classes {
+                return Err(Error::data(
+                    Location::file(path),
+                    format!("the code has {} rows but the labels have {classes} classes", code.classes()),
+                ));
+            }
+            Ok(code)
+        }
+        (Codes::Ecoc, None) => OutputCode::random(classes, spec.ridge.code_length, spec.run.seed)
+            .map_err(|e| Error::config(f, "ridge.code_length", e.to_string())),
+    }
 }
 
 /// Column sets for the other labeled inputs (test, validation).
@@ -614,7 +637,8 @@ fn targets(prep: &Prepared, spec: &PipelineSpec, ch: &Chunk, unlabeled_input: bo
             let codes = k.encode_opt(labels, &loc)?;
             let mask: Vec<bool> = codes.iter().map(Option::is_some).collect();
             let mut y = Vec::new();
-            encode_targets(&codes.iter().flatten().copied().collect::<Vec<_>>(), prep.c, &mut y);
+            let code = prep.code.as_ref().ok_or_else(|| Error::Internal("classification without a code".into()))?;
+            code.targets(&codes.iter().flatten().copied().collect::<Vec<_>>(), &mut y);
             Ok((mask, y))
         }
         None => Ok((vec![true; ch.rows], ch.targets.clone())),
@@ -1131,7 +1155,7 @@ fn centred_features(solved: &Solved, z: &[f32], rows: usize, dim: usize) -> (Vec
 fn validate(
     spec: &PipelineSpec,
     prep_pipeline: &FeaturePipeline,
-    classes: Option<&Classes>,
+    classes: Option<(&Classes, &OutputCode)>,
     solved: &Solved,
     mut refit: Option<&mut GramStats>,
     say: &mut dyn FnMut(&str),
@@ -1159,13 +1183,13 @@ fn validate(
         prep_pipeline.map_chunk(&ch.x, ch.rows, &mut z, threads);
         let (phi, q, qw) = centred_features(solved, &z, ch.rows, dim);
         let (truth, y): (Vec<u32>, Vec<f64>) = match classes {
-            Some(cl) => {
+            Some((cl, code)) => {
                 let loc = ch.location.clone().column(spec.data.label.clone().unwrap_or_default());
                 let labels =
                     ch.labels.as_ref().ok_or_else(|| Error::Internal("validation read no label column".into()))?;
                 let t = cl.encode(labels, &loc)?;
                 let mut y = Vec::new();
-                encode_targets(&t, c, &mut y);
+                code.targets(&t, &mut y);
                 (t, y)
             }
             None => (Vec::new(), ch.targets.clone()),
@@ -1181,18 +1205,16 @@ fn validate(
         let f_all = qv.dot(&all_w);
         for li in 0..grid.len() {
             let f = f_all.slice_axis(ndarray::Axis(1), ndarray::Slice::from(li * c..(li + 1) * c));
+            let mut scores = vec![0.0; ch.rows * c];
             for r in 0..ch.rows {
                 for j in 0..c {
-                    sq[li][j] += (f[(r, j)] + ymean[j] - y[r * c + j]).powi(2);
+                    scores[r * c + j] = f[(r, j)] + ymean[j];
+                    sq[li][j] += (scores[r * c + j] - y[r * c + j]).powi(2);
                 }
-                if classes.is_some() {
-                    let pred = if c == 1 {
-                        usize::from(f[(r, 0)] + ymean[0] > 0.0)
-                    } else {
-                        (0..c).fold(0, |b, j| if f[(r, j)] + ymean[j] > f[(r, b)] + ymean[b] { j } else { b })
-                    };
-                    right[li] += u64::from(pred == truth[r] as usize);
-                }
+            }
+            if let Some((_, code)) = classes {
+                right[li] +=
+                    code.decode(&scores).iter().zip(&truth).filter(|(p, t)| **p == **t as usize).count() as u64;
             }
         }
         rows += ch.rows as u64;
@@ -1266,6 +1288,7 @@ fn finish(
     pipeline: FeaturePipeline,
     stages: Vec<StageSpec>,
     classes: Option<Classes>,
+    code: Option<OutputCode>,
     features: ResolvedFeatures,
     state: &mut State,
     pcas: Option<Vec<StagePca>>,
@@ -1290,7 +1313,8 @@ fn finish(
             Some(t) if spec.ridge.refit => Some(GramStats::new(t.shift.clone(), t.c)),
             _ => None,
         };
-        let (mut table, chosen) = validate(spec, &pipeline, classes.as_ref(), &solved, held_out.as_mut(), say)?;
+        let coded = classes.as_ref().zip(code.as_ref());
+        let (mut table, chosen) = validate(spec, &pipeline, coded, &solved, held_out.as_mut(), say)?;
         lambdas = chosen;
         if let Some(held_out) = held_out {
             let trained = solved.rows;
@@ -1360,6 +1384,7 @@ fn finish(
         validation,
         projections: infos,
         solver: Some(solved.path.name().to_string()),
+        code: code.as_ref().and_then(OutputCode::rows),
     };
     Ok(Model {
         header,
@@ -1409,8 +1434,8 @@ pub fn train_prepared(
             say(&format!("statistics written to {} before the in-place solve", path.display()));
         }
     }
-    let Prepared { pipeline, stages, classes, labeled, .. } = prep;
-    finish(spec, pipeline, stages, classes, labeled.features, &mut state, pcas, say)
+    let Prepared { pipeline, stages, classes, code, labeled, .. } = prep;
+    finish(spec, pipeline, stages, classes, code, labeled.features, &mut state, pcas, say)
 }
 
 /// A shard's manifest, stored in its statistics file.
@@ -1437,6 +1462,22 @@ struct PartMeta {
     /// The pipeline keys that define the features, as accumulated (see [`map_keys`]).
     #[serde(default)]
     map_keys: Option<serde_json::Value>,
+    /// The output code's rows (ECOC), as the targets were encoded.
+    #[serde(default)]
+    code: Option<Vec<Vec<i8>>>,
+}
+
+impl PartMeta {
+    /// The code the part's targets were encoded with.
+    fn output_code(&self) -> Result<Option<OutputCode>> {
+        match (&self.classes, &self.code) {
+            (None, _) => Ok(None),
+            (Some(k), None) => Ok(Some(OutputCode::OneVsAll { classes: k.len() })),
+            (Some(_), Some(rows)) => {
+                OutputCode::from_rows(rows).map(Some).map_err(|e| Error::Internal(format!("a part's output code: {e}")))
+            }
+        }
+    }
 }
 
 /// The keys of a pipeline that decide which features the statistics hold: a solve must
@@ -1585,6 +1626,7 @@ pub fn accumulate_shard(
         pass1_checksum,
         seed: Some(spec.run.seed),
         map_keys: Some(map_keys(spec)),
+        code: prep.code.as_ref().and_then(OutputCode::rows),
     };
     let blocks = state.blocks();
     // A pass-two part carries only its own statistics; pass one is in the merged file.
@@ -1717,6 +1759,7 @@ pub fn solve_parts(
                 pipeline,
                 first.stages.clone(),
                 first.classes.clone(),
+                first.output_code()?,
                 first.features.clone(),
                 &mut state,
                 Some(pcas),
@@ -1729,6 +1772,7 @@ pub fn solve_parts(
             pipeline,
             first.stages.clone(),
             first.classes.clone(),
+            first.output_code()?,
             first.features.clone(),
             &mut state,
             None,

@@ -133,6 +133,31 @@ pub struct RidgeSpec {
     /// in the scoring stream, so no further pass). Default true.
     #[serde(default = "yes")]
     pub refit: bool,
+    /// Classification outputs: `"one_vs_all"` (default) or `"ecoc"` (error-correcting
+    /// output codes, math.md §13.9).
+    #[serde(default)]
+    pub codes: Codes,
+    /// ECOC: the code length `L` (default 200, at most 2^(c−1) − 1 for c classes).
+    #[serde(default = "default_code_length")]
+    pub code_length: usize,
+    /// ECOC: a code file instead of a drawn code (one row of ±1 per class, in class order).
+    #[serde(default)]
+    pub code_file: Option<PathBuf>,
+}
+
+/// `ridge.codes`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Codes {
+    /// One output per class.
+    #[default]
+    OneVsAll,
+    /// Error-correcting output codes.
+    Ecoc,
+}
+
+fn default_code_length() -> usize {
+    200
 }
 
 fn yes() -> bool {
@@ -155,7 +180,16 @@ fn default_lambda() -> LambdaValue {
 
 impl Default for RidgeSpec {
     fn default() -> Self {
-        RidgeSpec { lambda: default_lambda(), per_output: false, metric: None, solver: SolvePath::Auto, refit: true }
+        RidgeSpec {
+            lambda: default_lambda(),
+            per_output: false,
+            metric: None,
+            solver: SolvePath::Auto,
+            refit: true,
+            codes: Codes::OneVsAll,
+            code_length: default_code_length(),
+            code_file: None,
+        }
     }
 }
 
@@ -428,6 +462,15 @@ impl PipelineSpec {
                 "two-pass mode needs a PCA size: pca.components, pca.variance or pca.per_stage",
             ));
         }
+        if self.task == Task::Regression && (self.ridge.codes != Codes::OneVsAll || self.ridge.code_file.is_some()) {
+            return Err(Error::config(f, "ridge.codes", "output codes are for classification"));
+        }
+        if self.ridge.code_file.is_some() && self.ridge.codes != Codes::Ecoc {
+            return Err(Error::config(f, "ridge.code_file", "a code file needs codes = \"ecoc\""));
+        }
+        if self.ridge.codes == Codes::Ecoc && self.ridge.code_length == 0 {
+            return Err(Error::config(f, "ridge.code_length", "must be ≥ 1"));
+        }
         if self.ridge.metric == Some(Metric::Accuracy) && self.task == Task::Regression {
             return Err(Error::config(f, "ridge.metric", "accuracy is for classification; use \"rmse\""));
         }
@@ -511,6 +554,7 @@ impl PipelineSpec {
             "feature_list": self.data.feature_list, "label": self.data.label, "targets": self.data.targets,
             "null_labels": self.data.null_labels, "stages": fitted, "seed": self.run.seed,
             "sample_rows": self.run.sample_rows, "shift": shift_mode,
+            "codes": self.ridge.codes, "code_length": self.ridge.code_length, "code_file": self.ridge.code_file,
             "pca": if self.passes == 2 { serde_json::to_value(&self.pca).unwrap_or_default() } else { serde_json::Value::Null },
         });
         crate::stats::checksum([v.to_string().as_bytes()])
@@ -534,6 +578,13 @@ impl PipelineSpec {
 }
 
 fn resolve_paths(table: &mut toml::Table, base: &Path) {
+    if let Some(toml::Value::Table(ridge)) = table.get_mut("ridge") {
+        if let Some(toml::Value::String(s)) = ridge.get_mut("code_file") {
+            if Path::new(s.as_str()).is_relative() {
+                *s = base.join(&*s).to_string_lossy().into_owned();
+            }
+        }
+    }
     let Some(toml::Value::Table(data)) = table.get_mut("data") else {
         return;
     };

@@ -253,18 +253,6 @@ pub fn progress(total_rows: u64, what: &str, enabled: bool) -> ProgressBar {
     bar
 }
 
-/// The ±1 one-vs-all targets of classes (one column for two classes).
-pub fn encode_targets(classes: &[u32], c: usize, y: &mut Vec<f64>) {
-    y.clear();
-    for &k in classes {
-        if c == 1 {
-            y.push(if k == 1 { 1.0 } else { -1.0 });
-        } else {
-            y.extend((0..c).map(|j| if j == k as usize { 1.0 } else { -1.0 }));
-        }
-    }
-}
-
 /// Trains a model as the spec says (see [`crate::pipeline::run`]). `say` receives
 /// progress lines for stderr.
 pub fn train(spec: &PipelineSpec, show_progress: bool, say: &mut dyn FnMut(&str)) -> Result<Model> {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::common::*;
 use arrow_array::cast::AsArray;
-use arrow_array::types::Float32Type;
+use arrow_array::types::{Float32Type, Int64Type};
 use arrow_array::{ArrayRef, Float64Array, Int64Array};
 use faer::prelude::*;
 use faer::{Mat, Side};
@@ -509,6 +509,66 @@ fn a_validation_refit_equals_training_on_both_files_at_the_chosen_lambda() {
         .replace("label = \"label\"", "label = \"label\"\nvalidation = [\"valid.parquet\"]");
     let out = run_ok(&["train", &pipeline(&dir, &two), "-o", dir.path("two.sfm").to_str().unwrap(), "-q"]);
     assert!(out.contains("trained on 1200 rows"), "{out}");
+}
+
+#[test]
+fn ecoc_with_the_identity_code_is_one_vs_all_and_a_drawn_code_shards_like_one_process() {
+    let dir = TempDir::new("ecoc");
+    write_data(&dir.path("train.parquet"), 1200, 150, 21);
+    write_data(&dir.path("test.parquet"), 400, 100, 22);
+    let test = dir.path("test.parquet");
+    let predict = |m: &std::path::Path, out: &str| -> Vec<i64> {
+        let o = dir.path(out);
+        run_ok(&["predict", m.to_str().unwrap(), "-i", test.to_str().unwrap(), "-o", o.to_str().unwrap()]);
+        let r = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&o).unwrap()).unwrap().build().unwrap();
+        r.flat_map(|b| b.unwrap().column_by_name("prediction").unwrap().as_primitive::<Int64Type>().values().to_vec())
+            .collect()
+    };
+    let ova = dir.path("ova.sfm");
+    run_ok(&["train", &pipeline(&dir, CLASSIFY), "-o", ova.to_str().unwrap(), "-q"]);
+    // The identity code 2I − 11ᵀ (3 classes) as a code file: the same targets, so the
+    // same weights, and nearest-row decoding is the argmax.
+    std::fs::write(dir.path("identity.code"), "1 -1 -1\n-1 1 -1\n-1 -1 1\n").unwrap();
+    let ident = CLASSIFY.to_string() + "[ridge]\ncodes = \"ecoc\"\ncode_file = \"identity.code\"\n";
+    let im = dir.path("ident.sfm");
+    run_ok(&["train", &pipeline(&dir, &ident), "-o", im.to_str().unwrap(), "-q"]);
+    let (a, b) = (Model::load(&ova).unwrap(), Model::load(&im).unwrap());
+    assert_eq!(b.header.code.as_ref().map(Vec::len), Some(3), "the model stores its code");
+    assert!(rel(&b.weights, &a.weights) < 1e-12 && rel(&b.bias, &a.bias) < 1e-12);
+    assert_eq!(predict(&im, "pi.parquet"), predict(&ova, "po.parquet"));
+
+    // 3 classes have only 3 useful columns: a longer drawn code is refused, naming the key.
+    let long = CLASSIFY.to_string() + "[ridge]\ncodes = \"ecoc\"\n";
+    let out = sketchfit(&["train", &pipeline(&dir, &long), "-o", dir.path("x.sfm").to_str().unwrap(), "-q"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("ridge.code_length") && stderr(&out).contains("code_length ≤ 3"), "{}", stderr(&out));
+
+    // A drawn code of length 3: shards carry it, and solve gives the one-process model.
+    let drawn = CLASSIFY.to_string() + "[ridge]\ncodes = \"ecoc\"\ncode_length = 3\n";
+    let p = pipeline(&dir, &drawn);
+    let single = dir.path("single.sfm");
+    run_ok(&["train", &p, "-o", single.to_str().unwrap(), "-q"]);
+    let parts: Vec<String> = (0..2)
+        .map(|i| {
+            let part = dir.path(&format!("e{i}.stats"));
+            run_ok(&["accumulate", &p, "--shard", &format!("{i}/2"), "-o", part.to_str().unwrap(), "-q"]);
+            part.to_string_lossy().into_owned()
+        })
+        .collect();
+    let merged = dir.path("merged.sfm");
+    run_ok(&["solve", &p, &parts[0], &parts[1], "-o", merged.to_str().unwrap(), "-q"]);
+    let (s, m) = (Model::load(&single).unwrap(), Model::load(&merged).unwrap());
+    assert_eq!(s.header.code, m.header.code);
+    assert_eq!(s.header.outputs, 3);
+    assert!(rel(&m.weights, &s.weights) < 1e-10);
+    let truth: Vec<i64> = {
+        let r = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&test).unwrap()).unwrap().build().unwrap();
+        r.flat_map(|b| b.unwrap().column_by_name("label").unwrap().as_primitive::<Int64Type>().values().to_vec())
+            .collect()
+    };
+    let got = predict(&merged, "pm.parquet");
+    let right = got.iter().zip(&truth).filter(|(a, b)| a == b).count();
+    assert!(right as f64 > 0.8 * truth.len() as f64, "ECOC accuracy {right}/{}", truth.len());
 }
 
 #[test]
