@@ -100,7 +100,10 @@ impl OutputCode {
         }
         let mut rng = StageRng::new(seed, u64::MAX - 7);
         let mut best: Option<(usize, Vec<i8>)> = None;
-        for _ in 0..TRIES {
+        // The row-distance search is c²·L per draw; with many classes one draw is kept
+        // once its rows are distinct (which random rows of a useful length are).
+        let cheap = (classes * classes).saturating_mul(length) <= 50_000_000;
+        for _ in 0..if cheap { TRIES } else { 1 } {
             let mut cols: Vec<Vec<i8>> = Vec::with_capacity(length);
             // Each column is redrawn until it is new; with length ≤ max this ends, and is
             // fast unless length is close to max (then the draws get rarer, still finite).
@@ -121,7 +124,7 @@ impl OutputCode {
                 continue;
             }
             let m: Vec<i8> = (0..classes).flat_map(|k| cols.iter().map(move |c| c[k])).collect();
-            let d = min_distance(&m, classes, length);
+            let d = if cheap { min_distance(&m, classes, length) } else { usize::from(distinct_rows(&m, length)) };
             if d > 0 && best.as_ref().is_none_or(|(b, _)| d > *b) {
                 best = Some((d, m));
             }
@@ -150,7 +153,7 @@ impl OutputCode {
         if let Some(l) = (0..length).find(|&l| (0..classes).all(|k| m[k * length + l] == m[l])) {
             return Err(CodeError::Malformed(format!("column {l} is constant: it tells no class apart")));
         }
-        if min_distance(&m, classes, length) == 0 {
+        if !distinct_rows(&m, length) {
             return Err(CodeError::Malformed("two classes have the same row: they could not be told apart".into()));
         }
         Ok(OutputCode::Matrix { classes, length, m })
@@ -227,6 +230,13 @@ fn argmax(v: impl Iterator<Item = f64>) -> usize {
     best.0
 }
 
+/// Whether no two rows are equal (sorting, so many classes stay cheap).
+fn distinct_rows(m: &[i8], length: usize) -> bool {
+    let mut rows: Vec<&[i8]> = m.chunks_exact(length).collect();
+    rows.sort_unstable();
+    rows.windows(2).all(|w| w[0] != w[1])
+}
+
 /// The smallest Hamming distance between two rows.
 fn min_distance(m: &[i8], classes: usize, length: usize) -> usize {
     let mut best = usize::MAX;
@@ -265,6 +275,9 @@ mod tests {
         assert!(OutputCode::random(4, 7, 1).is_ok());
         assert!(matches!(OutputCode::random(4, 8, 1), Err(CodeError::TooLong { max: 7, .. })));
         assert!(matches!(OutputCode::random(2, 1, 1), Err(CodeError::TooLong { .. })));
+        // Many classes: one draw, rows checked distinct by sorting.
+        let big = OutputCode::random(10_000, 200, 1).unwrap();
+        assert_eq!((big.classes(), big.outputs()), (10_000, 200));
     }
 
     #[test]
