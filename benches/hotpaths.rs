@@ -121,7 +121,7 @@ fn main() {
         ),
     ];
     for (name, toml) in maps {
-        let m = build_map(&stage(toml), d, &mut StageRng::new(3, 0));
+        let m = build_map(&stage(toml), d, &mut StageRng::new(3, 0)).expect("the bench stages need no fitting");
         let mut out = vec![0f32; MAP_ROWS * m.output_dim()];
         let t = best_of(1, || m.map(&x, MAP_ROWS, &mut out));
         println!("{name:38} {:10.0} rows/s", MAP_ROWS as f64 / t);
@@ -154,7 +154,7 @@ fn main() {
         ("rff laplacian cos D=4096", "kind='rff'\nkernel='laplacian'\nvariant='cos'\nsigma=1.0\ndim=4096"),
     ];
     for (name, toml) in chi {
-        let m = build_map(&stage(toml), d, &mut StageRng::new(3, 0));
+        let m = build_map(&stage(toml), d, &mut StageRng::new(3, 0)).expect("the bench stages need no fitting");
         let mut out = vec![0f32; MAP_ROWS * m.output_dim()];
         let t = best_of(2, || m.map(&hist, MAP_ROWS, &mut out));
         println!("{name:38} {:10.0} rows/s", MAP_ROWS as f64 / t);
@@ -177,7 +177,7 @@ fn main() {
             ));
         }
         for (name, toml) in specs {
-            let m = build_map(&stage(&toml), dg, &mut StageRng::new(3, 0));
+            let m = build_map(&stage(&toml), dg, &mut StageRng::new(3, 0)).expect("the bench stages need no fitting");
             let mut out = vec![0f32; MAP_ROWS * m.output_dim()];
             let t = best_of(1, || m.map(&xg, MAP_ROWS, &mut out));
             println!("{name:38} {:10.0} rows/s", MAP_ROWS as f64 / t);

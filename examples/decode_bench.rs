@@ -55,7 +55,8 @@ fn main() {
         })],
         ds.dim(),
         1,
-    );
+    )
+    .expect("a tensor sketch needs no fitting");
     let mut z = Vec::new();
     let t = Instant::now();
     for u in ds.units() {

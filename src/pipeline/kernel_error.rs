@@ -65,7 +65,7 @@ struct Sample<'a> {
 }
 
 #[allow(clippy::expect_used)] // Invariant: the sample's features are n × dim by construction.
-fn measure(spec: &StageSpec, index: usize, sample: &Sample, seeds: usize, base_seed: u64) -> StageError {
+fn measure(spec: &StageSpec, index: usize, sample: &Sample, seeds: usize, base_seed: u64) -> Result<StageError> {
     let Sample { x, n, d, exact } = *sample;
     let w2 = spec.weight() * spec.weight();
     let xn = normalized(spec, x, d);
@@ -73,7 +73,7 @@ fn measure(spec: &StageSpec, index: usize, sample: &Sample, seeds: usize, base_s
     let mut dim = 0;
     let den: f64 = exact.iter().map(|k| (w2 * k).powi(2)).sum::<f64>().sqrt();
     for s in 0..seeds {
-        let stage = Stage::build(spec, d, base_seed.wrapping_add(s as u64), index);
+        let stage = Stage::build(spec, d, base_seed.wrapping_add(s as u64), index)?;
         dim = stage.output_dim();
         let mut z = vec![0f32; n * dim];
         let t = Instant::now();
@@ -96,7 +96,7 @@ fn measure(spec: &StageSpec, index: usize, sample: &Sample, seeds: usize, base_s
     let m = nrms.iter().sum::<f64>() / seeds as f64;
     let sd =
         if seeds > 1 { (nrms.iter().map(|v| (v - m).powi(2)).sum::<f64>() / (seeds - 1) as f64).sqrt() } else { 0.0 };
-    StageError {
+    Ok(StageError {
         stage: index,
         spec: spec.clone(),
         dim,
@@ -106,7 +106,7 @@ fn measure(spec: &StageSpec, index: usize, sample: &Sample, seeds: usize, base_s
         mean_abs: mean_abs / seeds as f64,
         max_abs,
         us_per_row: secs / seeds as f64 / n as f64 * 1e6,
-    }
+    })
 }
 
 /// Runs the comparison on `inputs` (or the pipeline's training files).
@@ -138,7 +138,7 @@ pub fn kernel_error(
             .map(|ij| k.eval(&xn[(ij / n) * d..(ij / n + 1) * d], &xn[(ij % n) * d..(ij % n + 1) * d]))
             .collect();
         let smp = Sample { x: &x, n, d, exact: &exact };
-        stages.push(measure(st, i, &smp, seeds, spec.run.seed));
+        stages.push(measure(st, i, &smp, seeds, spec.run.seed)?);
         if sweep {
             if let Some(full) = st.dim() {
                 for j in (0..=4).rev() {
@@ -147,7 +147,7 @@ pub fn kernel_error(
                     // fit again, so every sweep point measures the map it names.
                     let s = st.with_dim(dim).fit(&x, d, spec.run.seed, i)?;
                     if s.validate("kernel-error", "stage").is_ok() {
-                        curve.push(measure(&s, i, &smp, seeds, spec.run.seed));
+                        curve.push(measure(&s, i, &smp, seeds, spec.run.seed)?);
                     }
                 }
             }

@@ -211,7 +211,7 @@ pub fn mmd(
     sample.extend(reservoir(&db, half, seed.wrapping_add(1), chunk_rows, &mut |_| Ok(()))?);
     let fitted: Vec<StageSpec> =
         stages.iter().enumerate().map(|(i, s)| s.fit(&sample, d, seed, i)).collect::<Result<_>>()?;
-    let pipeline = FeaturePipeline::build(&fitted, d, seed);
+    let pipeline = FeaturePipeline::build(&fitted, d, seed)?;
     let m = pipeline.output_dim();
     let keep_rows = |ds: &Dataset, salt: u64| -> Result<(SketchSums, Vec<f32>, Vec<f32>)> {
         let mut sums = SketchSums::new(m);
@@ -411,7 +411,7 @@ pub fn embed_groups(
     let sample = reservoir(&ds, sample_rows.max(1), seed, chunk_rows, &mut |_| Ok(()))?;
     let fitted: Vec<StageSpec> =
         stages.iter().enumerate().map(|(i, s)| s.fit(&sample, d, seed, i)).collect::<Result<_>>()?;
-    let pipeline = FeaturePipeline::build(&fitted, d, seed);
+    let pipeline = FeaturePipeline::build(&fitted, d, seed)?;
     let m = pipeline.output_dim();
     let mut index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     let mut groups: Vec<(String, SketchSums)> = Vec::new();

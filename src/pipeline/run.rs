@@ -212,7 +212,7 @@ pub fn prepare_inputs(
             ));
         }
     }
-    let pipeline = FeaturePipeline::build(&stages, d, spec.run.seed);
+    let pipeline = FeaturePipeline::build(&stages, d, spec.run.seed)?;
     let threads = spec.threads();
     let shift = match spec.run.shift {
         ShiftMode::Zero => vec![0.0; pipeline.output_dim()],
@@ -1728,7 +1728,13 @@ pub fn solve_parts(
         *s = empty();
     }
     say(&format!("merged {} shard(s) of {}", loaded.len(), first.shards));
-    let pipeline = FeaturePipeline::build(&first.stages, first.features.dim, spec.run.seed);
+    if let Some(i) = first.stages.iter().position(StageSpec::needs_fit) {
+        return Err(Error::BadModel {
+            path: loaded[0].0.clone(),
+            message: format!("stage {i} is not fitted in the part's header; accumulate the parts again"),
+        });
+    }
+    let pipeline = FeaturePipeline::build(&first.stages, first.features.dim, spec.run.seed)?;
     match (spec.passes, first.pass) {
         (2, 1) => {
             let meta = PartMeta { kind: "pass1".into(), shard: 0, shards: 1, units: Vec::new(), ..first.clone() };
@@ -1751,7 +1757,12 @@ pub fn solve_parts(
                     });
                 }
             }
-            let State::Two { pass2, .. } = state else { unreachable!("pass-two parts hold two-pass state") };
+            let State::Two { pass2, .. } = state else {
+                return Err(Error::BadModel {
+                    path: loaded[0].0.clone(),
+                    message: "a pass-two part without pass-two statistics".into(),
+                });
+            };
             let pcas = fit_stage_pcas(spec, &p1, &stage_ranges(&pipeline), say)?;
             let mut state = State::Two { pass1: p1, pass2 };
             finish(

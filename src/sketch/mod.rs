@@ -954,23 +954,21 @@ impl StageSpec {
     pub fn kernel(&self) -> Kernel {
         match self {
             StageSpec::Rff(s) if s.kernel == ShiftKernel::Gaussian => {
-                return Kernel::Gaussian { sigma: s.bandwidth().unwrap_or(1.0) }
+                Kernel::Gaussian { sigma: s.bandwidth().unwrap_or(1.0) }
             }
-            StageSpec::Rff(s) => return Kernel::Laplacian { sigma: s.bandwidth().unwrap_or(1.0) },
-            StageSpec::Chi2(_) | StageSpec::Chi2Chebyshev(_) => return Kernel::Chi2,
-            StageSpec::ExpChi2(s) => return Kernel::ExpChi2 { beta: s.beta.unwrap_or(1.0) },
-            StageSpec::GaussianSketch(s) => return Kernel::Gaussian { sigma: s.sigma.unwrap_or(1.0) },
-            StageSpec::GaussianSketchHd(s) => return Kernel::Gaussian { sigma: s.sigma.unwrap_or(1.0) },
-            _ => {}
+            StageSpec::Rff(s) => Kernel::Laplacian { sigma: s.bandwidth().unwrap_or(1.0) },
+            StageSpec::Chi2(_) | StageSpec::Chi2Chebyshev(_) => Kernel::Chi2,
+            StageSpec::ExpChi2(s) => Kernel::ExpChi2 { beta: s.beta.unwrap_or(1.0) },
+            StageSpec::GaussianSketch(s) => Kernel::Gaussian { sigma: s.sigma.unwrap_or(1.0) },
+            StageSpec::GaussianSketchHd(s) => Kernel::Gaussian { sigma: s.sigma.unwrap_or(1.0) },
+            StageSpec::Identity(_) => Kernel::Dot(DotKernel::Polynomial { degree: 1, gamma: 1.0, offset: 0.0 }),
+            StageSpec::TensorSketch(s) => Kernel::Dot(dot_kernel(DotKind::Polynomial, s.degree, s.gamma, s.offset)),
+            StageSpec::RecursiveTensorSketch(s) => {
+                Kernel::Dot(dot_kernel(DotKind::Polynomial, s.degree, s.gamma, s.offset))
+            }
+            StageSpec::RandomMaclaurin(s) => Kernel::Dot(dot_kernel(s.kernel, s.degree, s.gamma, s.offset)),
+            StageSpec::Craftmaps(s) => Kernel::Dot(dot_kernel(s.kernel, s.degree, s.gamma, s.offset)),
         }
-        Kernel::Dot(match self {
-            StageSpec::Identity(_) => DotKernel::Polynomial { degree: 1, gamma: 1.0, offset: 0.0 },
-            StageSpec::TensorSketch(s) => dot_kernel(DotKind::Polynomial, s.degree, s.gamma, s.offset),
-            StageSpec::RecursiveTensorSketch(s) => dot_kernel(DotKind::Polynomial, s.degree, s.gamma, s.offset),
-            StageSpec::RandomMaclaurin(s) => dot_kernel(s.kernel, s.degree, s.gamma, s.offset),
-            StageSpec::Craftmaps(s) => dot_kernel(s.kernel, s.degree, s.gamma, s.offset),
-            _ => unreachable!("handled above"),
-        })
     }
 
     /// The same stage with output dimension `dim` (for error-versus-dimension sweeps).
@@ -1255,9 +1253,9 @@ impl Sketch for GaussianSketchHd {
     }
 }
 
-fn preprocess(center: &[f64], sigma: Option<f64>) -> Preprocess {
-    let sigma = fitted(sigma, "gaussian sketch sigma");
-    Preprocess { center: center.to_vec(), scale: (1.0 / (2.0 * sigma * sigma)).sqrt() }
+fn preprocess(center: &[f64], sigma: Option<f64>) -> Result<Preprocess> {
+    let sigma = fitted(sigma, "gaussian sketch sigma")?;
+    Ok(Preprocess { center: center.to_vec(), scale: (1.0 / (2.0 * sigma * sigma)).sqrt() })
 }
 
 impl Sketch for Chi2Series {
@@ -1291,9 +1289,11 @@ fn rff_from(p: &Params, variant: RffVariant, d: usize, dim: usize) -> PResult<Rf
     Ok(Rff { d, wt, phase, variant })
 }
 
-/// The bandwidth of a fitted spec, or an error for an unfitted one.
-fn fitted<T>(v: Option<T>, what: &str) -> T {
-    v.unwrap_or_else(|| panic!("stage {what} must be fitted on the pre-pass sample before the map is built"))
+/// The value of a fitted parameter, or an error for an unfitted spec.
+fn fitted<T>(v: Option<T>, what: &str) -> Result<T> {
+    v.ok_or_else(|| {
+        Error::Internal(format!("stage {what} must be fitted on the pre-pass sample before the map is built"))
+    })
 }
 
 impl Sketch for Craftmaps {
@@ -1314,8 +1314,8 @@ fn recursive(degree: u32, gamma: f64, offset: f64, d: usize, dim: usize, rng: &m
 }
 
 /// Builds the map of `spec` for inputs of dimension `d`, drawing from `rng`.
-pub fn build_map(spec: &StageSpec, d: usize, rng: &mut StageRng) -> Box<dyn Sketch> {
-    match spec {
+pub fn build_map(spec: &StageSpec, d: usize, rng: &mut StageRng) -> Result<Box<dyn Sketch>> {
+    Ok(match spec {
         StageSpec::Identity(_) => Box::new(Identity { d }),
         StageSpec::TensorSketch(s) => Box::new(tensor_sketch(s.degree, s.gamma, s.offset, d, s.dim, rng)),
         StageSpec::RandomMaclaurin(s) => Box::new(RandomMaclaurin::draw(
@@ -1350,14 +1350,14 @@ pub fn build_map(spec: &StageSpec, d: usize, rng: &mut StageRng) -> Box<dyn Sket
             Box::new(Craftmaps { up, down })
         }
         StageSpec::Rff(s) => {
-            Box::new(Rff::draw(s.kernel, fitted(s.bandwidth(), "rff sigma"), s.variant, d, s.dim, rng))
+            Box::new(Rff::draw(s.kernel, fitted(s.bandwidth(), "rff sigma")?, s.variant, d, s.dim, rng))
         }
         StageSpec::Chi2(s) => Box::new(Chi2Series { d, k: s.k.clone() }),
         StageSpec::Chi2Chebyshev(s) => Box::new(Chi2Chebyshev { d, q: s.terms }),
         StageSpec::GaussianSketch(s) => {
-            let t = fitted(s.truncation, "gaussian_sketch truncation");
+            let t = fitted(s.truncation, "gaussian_sketch truncation")?;
             Box::new(GaussianSketch {
-                pre: preprocess(&s.center, s.sigma),
+                pre: preprocess(&s.center, s.sigma)?,
                 s: t,
                 tree: RecursiveTensorSketch::draw(t, d, s.dim, rng),
             })
@@ -1375,17 +1375,17 @@ pub fn build_map(spec: &StageSpec, d: usize, rng: &mut StageRng) -> Box<dyn Sket
                     }
                 })
                 .collect();
-            Box::new(GaussianSketchHd { pre: preprocess(&s.center, s.sigma), blocks })
+            Box::new(GaussianSketchHd { pre: preprocess(&s.center, s.sigma)?, blocks })
         }
         StageSpec::ExpChi2(s) => {
-            let beta = fitted(s.beta, "exp_chi2 beta");
+            let beta = fitted(s.beta, "exp_chi2 beta")?;
             let sigma = 1.0 / (2.0 * beta).sqrt();
             Box::new(ExpChi2 {
                 series: Chi2Series { d, k: s.k.clone() },
                 rff: Rff::draw(ShiftKernel::Gaussian, sigma, s.variant, d * s.terms, s.dim, rng),
             })
         }
-    }
+    })
 }
 
 fn maclaurin_from(
@@ -1527,7 +1527,7 @@ fn rebuild(spec: &StageSpec, d: usize, params: &[ParamArray]) -> PResult<Box<dyn
                 return Err("the Gaussian sketch has no fitted centre or σ".into());
             }
             Box::new(GaussianSketch {
-                pre: preprocess(&s.center, s.sigma),
+                pre: preprocess(&s.center, s.sigma).map_err(|e| e.to_string())?,
                 s: t,
                 tree: tree_from(&p, "", t, d, s.dim)?,
             })
@@ -1548,7 +1548,7 @@ fn rebuild(spec: &StageSpec, d: usize, params: &[ParamArray]) -> PResult<Box<dyn
                     }
                 })
                 .collect::<PResult<Vec<_>>>()?;
-            Box::new(GaussianSketchHd { pre: preprocess(&s.center, s.sigma), blocks })
+            Box::new(GaussianSketchHd { pre: preprocess(&s.center, s.sigma).map_err(|e| e.to_string())?, blocks })
         }
         StageSpec::ExpChi2(s) => {
             if s.k.len() != s.terms || s.beta.is_none() {
@@ -1574,9 +1574,9 @@ pub struct Stage {
 impl Stage {
     /// Builds stage number `index` for inputs of dimension `d`, drawing its
     /// parameters from the stream `(seed, index)`.
-    pub fn build(spec: &StageSpec, d: usize, seed: u64, index: usize) -> Stage {
+    pub fn build(spec: &StageSpec, d: usize, seed: u64, index: usize) -> Result<Stage> {
         let mut rng = StageRng::new(seed, index as u64);
-        Stage { spec: spec.clone(), map: build_map(spec, d, &mut rng) }
+        Ok(Stage { spec: spec.clone(), map: build_map(spec, d, &mut rng)? })
     }
 
     /// The stage's random parameters as arrays.
@@ -1608,9 +1608,9 @@ pub struct FeaturePipeline {
 
 impl FeaturePipeline {
     /// Builds every stage for inputs of dimension `d`.
-    pub fn build(specs: &[StageSpec], d: usize, seed: u64) -> Self {
-        let stages = specs.iter().enumerate().map(|(i, s)| Stage::build(s, d, seed, i)).collect();
-        FeaturePipeline { stages, d }
+    pub fn build(specs: &[StageSpec], d: usize, seed: u64) -> Result<Self> {
+        let stages = specs.iter().enumerate().map(|(i, s)| Stage::build(s, d, seed, i)).collect::<Result<_>>()?;
+        Ok(FeaturePipeline { stages, d })
     }
 
     /// Wraps already built stages.

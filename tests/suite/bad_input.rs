@@ -760,3 +760,24 @@ fn dictionary_encoded_labels_train_like_plain_ones() {
     assert!(inspected[1].0.contains("\"dog\""), "{}", inspected[1].0);
     assert_eq!(inspected[0].1, inspected[1].1, "the same evaluation from either encoding");
 }
+
+#[test]
+fn a_part_whose_stages_lost_their_fitted_values_is_refused_not_a_panic() {
+    let dir = TempDir::new("unfitted-part");
+    write_parquet(&dir.path("t.parquet"), good_columns(80), 20);
+    let p = pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", "");
+    let text = std::fs::read_to_string(&p).unwrap().replace("kind = \"tensor_sketch\"", "kind = \"rff\"");
+    std::fs::write(&p, text).unwrap();
+    let part = dir.path("p0.stats");
+    let out = sketchfit(&["accumulate", &p, "--shard", "0/1", "-o", part.to_str().unwrap(), "-q"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // Re-seal the part with the fitted bandwidth removed: the checksum holds, the content lies.
+    let (blocks, mut meta) = sketchfit::stats::stats_from_bytes(&std::fs::read(&part).unwrap()).unwrap();
+    let stage = meta["stages"][0].as_object_mut().unwrap();
+    assert!(stage.remove("sigma").is_some() || stage.remove("gamma").is_some(), "{stage:?}");
+    let named: Vec<(&str, &sketchfit::stats::GramStats)> = blocks.iter().map(|(n, s)| (n.as_str(), s)).collect();
+    std::fs::write(&part, sketchfit::stats::stats_to_bytes(&named, meta).unwrap()).unwrap();
+    let out = sketchfit(&["solve", &p, part.to_str().unwrap(), "-o", dir.path("m.sfm").to_str().unwrap(), "-q"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("p0.stats") && stderr(&out).contains("not fitted"), "{}", stderr(&out));
+}

@@ -141,7 +141,7 @@ fn craftmaps_is_unbiased_end_to_end() {
     let spec = craft_spec(16, 64, false);
     let samples: Vec<f64> = (0..s)
         .map(|i| {
-            let m = build_map(&spec, 8, &mut StageRng::new(9000 + i as u64, 0));
+            let m = build_map(&spec, 8, &mut StageRng::new(9000 + i as u64, 0)).unwrap();
             let mut z = vec![0f32; 32];
             m.map(&rows, 2, &mut z);
             dot(&z[..16], &z[16..])
@@ -188,7 +188,7 @@ fn craftmaps_beats_its_up_projection_at_equal_dimension() {
         if let StageSpec::Craftmaps(s) = &mut spec {
             s.degree = 7;
         }
-        craft += nrms(build_map(&spec, d, &mut StageRng::new(seed, 0)).as_ref(), &x, n, k);
+        craft += nrms(build_map(&spec, d, &mut StageRng::new(seed, 0)).unwrap().as_ref(), &x, n, k);
         let plain = RandomMaclaurin::draw(
             DotKernel::Polynomial { degree: 7, gamma: 1.0, offset: 1.0 },
             d,

@@ -38,7 +38,7 @@ fn data() -> (FeaturePipeline, Data) {
         }),
         StageSpec::Identity(IdentitySpec { normalize: Normalize::L2, weight: 2.0 }),
     ];
-    let pipe = FeaturePipeline::build(&specs, d, 3);
+    let pipe = FeaturePipeline::build(&specs, d, 3).unwrap();
     let dim = pipe.output_dim();
     let mut z = vec![0f32; n * dim];
     pipe.map_chunk(&x, n, &mut z, 2);
