@@ -72,7 +72,7 @@ pub fn run(a: Args) -> Result<()> {
     );
     s += &format!(
         "lambda: {}{}\n",
-        sketchfit::pipeline::train::lambda_text(&h.lambdas),
+        sketchfit::pipeline::stream::lambda_text(&h.lambdas),
         if h.gcv.is_some() { " (GCV)" } else { " (fixed)" }
     );
     if let Some(path) = &h.solver {

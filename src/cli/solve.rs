@@ -55,7 +55,7 @@ pub fn run(a: Args) -> Result<()> {
         a.parts.len(),
         h.dim,
         h.components,
-        sketchfit::pipeline::train::lambda_text(&h.lambdas)
+        sketchfit::pipeline::stream::lambda_text(&h.lambdas)
     );
     if !spec.data.test.is_empty() {
         if let Evaluation::Classification { rows, accuracy, .. } =

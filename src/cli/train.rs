@@ -64,7 +64,7 @@ pub fn run(a: Args) -> Result<()> {
         h.dim,
         h.components,
         h.outputs,
-        sketchfit::pipeline::train::lambda_text(&h.lambdas)
+        sketchfit::pipeline::stream::lambda_text(&h.lambdas)
     );
     if !spec.data.test.is_empty() {
         match evaluate(&model, &spec.data.test, spec.run.chunk_rows, spec.threads(), !quiet)? {

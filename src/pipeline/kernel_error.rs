@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::pipeline::spec::PipelineSpec;
-use crate::pipeline::train::reservoir;
+use crate::pipeline::stream::reservoir;
 use crate::sketch::{Stage, StageSpec};
 use crate::source::Dataset;
 

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::pipeline::train::{reservoir, stream, Reservoir};
+use crate::pipeline::stream::{reservoir, stream, Reservoir};
 use crate::rng::StageRng;
 use crate::sketch::{FeaturePipeline, StageSpec};
 use crate::source::{Chunk, ColumnSpec, Dataset};

@@ -1,10 +1,24 @@
-//! Pipeline files and the drivers that run them: a spec ([`spec`]) becomes a run of
-//! passes over the data ([`train`]), with a reader thread, parallel chunk mapping,
-//! progress on stderr and the memory stated before the first row is read.
+//! Pipeline files and the drivers that run them. One direction of data: a spec
+//! ([`spec`]) is planned (`plan`: inputs, classes, output code, pre-pass sample, fitted
+//! stages, shift, memory; `paths`: the solve path and its bytes), streamed (`stream`)
+//! through the pass loop (`pass`, over the `state`, with `checkpoint`s), solved
+//! (`solve_step`, with per-stage PCA in `projection` and λ by `validation`), and
+//! assembled into a model. [`run`] is the entry point for one process; `shards` holds
+//! `accumulate` and `solve` across processes. [`predict`], [`kernel_error`] and
+//! [`mmd`] are the other commands' drivers.
 
+mod checkpoint;
 pub mod kernel_error;
 pub mod mmd;
+mod pass;
+mod paths;
+mod plan;
 pub mod predict;
+mod projection;
 pub mod run;
+mod shards;
+mod solve_step;
 pub mod spec;
-pub mod train;
+mod state;
+pub mod stream;
+mod validation;

@@ -14,7 +14,7 @@ use crate::atomic::AtomicFile;
 use crate::error::{Error, Location, Result};
 use crate::model::Model;
 use crate::pipeline::spec::Task;
-use crate::pipeline::train::{check_nonnegative, progress, stream};
+use crate::pipeline::stream::{check_nonnegative, progress, stream};
 use crate::source::{Chunk, Classes, ColumnSpec, Dataset, FeatureColumns};
 
 /// Where prediction reads rows from: Parquet files or record batches in memory.

@@ -1,15 +1,12 @@
-//! Streaming helpers the drivers share: the reader thread and its bounded channel,
-//! the reservoir sample, the χ² input check, ±1 target encoding, the progress bar,
-//! and [`train`], the one-call entry point (the passes themselves are in
-//! [`crate::pipeline::run`]).
+//! Streaming helpers the drivers share: the reader → mapper → fold pipeline over work
+//! units with its bounded channels and recycled buffers, the plain chunk stream, the
+//! reservoir sample, the χ² input check and the progress bar.
 
 use std::io::IsTerminal;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::error::{Error, Result};
-use crate::model::Model;
-use crate::pipeline::spec::PipelineSpec;
 use crate::rng::StageRng;
 use crate::sketch::FeaturePipeline;
 use crate::source::{Chunk, Classes, Dataset, ResolvedFeatures, Unit};
@@ -251,16 +248,6 @@ pub fn progress(total_rows: u64, what: &str, enabled: bool) -> ProgressBar {
     bar.set_style(style);
     bar.set_message(what.to_string());
     bar
-}
-
-/// Trains a model as the spec says (see [`crate::pipeline::run`]). `say` receives
-/// progress lines for stderr.
-pub fn train(spec: &PipelineSpec, show_progress: bool, say: &mut dyn FnMut(&str)) -> Result<Model> {
-    crate::pipeline::run::train(
-        spec,
-        &crate::pipeline::run::RunOptions { progress: show_progress, ..Default::default() },
-        say,
-    )
 }
 
 /// Mean features of the pre-pass sample: the accumulator shift.

@@ -1,0 +1,68 @@
+//! Which solve path a run takes and what memory it has: the path for the pipeline's λ
+//! and PCA, the bytes each path needs beyond the statistics, and the limit they must fit.
+
+use crate::error::{Error, Result};
+use crate::pipeline::spec::PipelineSpec;
+use crate::solve::{LambdaChoice, SolvePath};
+use crate::stats::GramStats;
+
+pub(crate) fn available_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// The memory limit in force: `run.memory_limit_mib`, or what the machine has available.
+pub(crate) fn memory_limit(spec: &PipelineSpec) -> Option<u64> {
+    if spec.run.memory_limit_mib > 0 {
+        Some(spec.run.memory_limit_mib << 20)
+    } else {
+        available_memory()
+    }
+}
+
+/// Bytes a solve path allocates beyond the statistics for `D` features and `c` outputs.
+pub(crate) fn solve_bytes(path: SolvePath, dim: usize, c: usize) -> u64 {
+    match path {
+        SolvePath::Cholesky => 8 * (crate::stats::TriGram::len_for(dim) + 2 * dim * c) as u64,
+        SolvePath::Tridiagonal => crate::tridiag::bytes_for(dim, c),
+        SolvePath::Eigen | SolvePath::Auto => 3 * 8 * (dim * dim) as u64,
+    }
+}
+
+/// Whether the Cholesky path must factor the statistics' own Gram: a copy would not fit
+/// beside them within `run.memory_limit_mib`, or in the memory the machine has left.
+pub(crate) fn solve_in_place(spec: &PipelineSpec, stats: &GramStats) -> bool {
+    let copy = solve_bytes(SolvePath::Cholesky, stats.dim(), stats.c);
+    if spec.run.memory_limit_mib > 0 {
+        stats.size_bytes() + copy > spec.run.memory_limit_mib << 20
+    } else {
+        available_memory().is_some_and(|free| copy > free)
+    }
+}
+
+/// The solve path for this pipeline (math.md §13.7): the cheapest one that answers its
+/// question, or the one `ridge.solver` names when it can.
+pub(crate) fn solve_path(spec: &PipelineSpec, use_pca: bool, semi: bool) -> Result<SolvePath> {
+    let lambda = spec.lambda()?;
+    let fixed_positive = matches!(lambda, LambdaChoice::Fixed(l) if l > 0.0);
+    let zero = matches!(lambda, LambdaChoice::Fixed(l) if l == 0.0);
+    let direct = !use_pca && !semi;
+    let refuse = |why: &str| Err(Error::config(spec.source.as_str(), "ridge.solver", why.to_string()));
+    match spec.ridge.solver {
+        SolvePath::Auto if !direct || zero => Ok(SolvePath::Eigen),
+        SolvePath::Auto if fixed_positive => Ok(SolvePath::Cholesky),
+        SolvePath::Auto => Ok(SolvePath::Tridiagonal),
+        SolvePath::Eigen => Ok(SolvePath::Eigen),
+        SolvePath::Cholesky if !direct => {
+            refuse("\"cholesky\" solves ridge on all features; PCA and unlabeled rows need \"eigen\"")
+        }
+        SolvePath::Cholesky if !fixed_positive => refuse("\"cholesky\" needs a fixed ridge.lambda > 0"),
+        SolvePath::Tridiagonal if !direct => {
+            refuse("\"tridiagonal\" solves ridge on all features; PCA and unlabeled rows need \"eigen\"")
+        }
+        SolvePath::Tridiagonal if zero => refuse("λ = 0 is the pseudo-inverse, which needs \"eigen\""),
+        path => Ok(path),
+    }
+}

@@ -1,0 +1,136 @@
+//! The state of a run: the running statistics of one or two passes (what checkpoints
+//! and parts hold), and the solved problem the model is built from.
+
+use crate::model::{Projection, ProjectionInfo};
+use crate::pipeline::plan::stage_ranges;
+use crate::pipeline::plan::Prepared;
+use crate::pipeline::projection::StagePca;
+use crate::pipeline::spec::PipelineSpec;
+use crate::solve::{Ridge, SolvePath};
+use crate::stats::GramStats;
+
+/// The running statistics of a training run.
+#[derive(Debug, Clone)]
+pub enum State {
+    /// One pass: labeled rows, and unlabeled rows when there are any.
+    One {
+        /// `L`.
+        labeled: GramStats,
+        /// `U` (PCA only).
+        unlabeled: Option<GramStats>,
+    },
+    /// Two passes: per-stage statistics over all rows, then the projected statistics.
+    Two {
+        /// Pass one, one per stage.
+        pass1: Vec<GramStats>,
+        /// Pass two (present once pass one is complete).
+        pass2: Option<GramStats>,
+    },
+}
+
+impl State {
+    pub(crate) fn new(spec: &PipelineSpec, prep: &Prepared) -> State {
+        if spec.passes == 2 {
+            let pass1 =
+                stage_ranges(&prep.pipeline).into_iter().map(|r| GramStats::new(prep.shift[r].to_vec(), 0)).collect();
+            State::Two { pass1, pass2: None }
+        } else {
+            State::One {
+                labeled: GramStats::new(prep.shift.clone(), prep.c),
+                unlabeled: prep.semi.then(|| GramStats::new(prep.shift.clone(), 0)),
+            }
+        }
+    }
+
+    pub(crate) fn pass(&self) -> u32 {
+        match self {
+            State::Two { pass2: Some(_), .. } => 2,
+            _ => 1,
+        }
+    }
+
+    /// Named blocks for a statistics file.
+    pub(crate) fn blocks(&self) -> Vec<(String, &GramStats)> {
+        match self {
+            State::One { labeled, unlabeled } => {
+                let mut v = vec![("labeled".to_string(), labeled)];
+                if let Some(u) = unlabeled {
+                    v.push(("unlabeled".into(), u));
+                }
+                v
+            }
+            State::Two { pass1, pass2 } => {
+                let mut v: Vec<(String, &GramStats)> =
+                    pass1.iter().enumerate().map(|(i, s)| (format!("pass1.stage{i}"), s)).collect();
+                if let Some(p) = pass2 {
+                    v.push(("pass2".into(), p));
+                }
+                v
+            }
+        }
+    }
+
+    pub(crate) fn from_blocks(passes: u32, mut blocks: Vec<(String, GramStats)>) -> std::result::Result<State, String> {
+        let mut take = |name: &str| blocks.iter().position(|(n, _)| n == name).map(|i| blocks.remove(i).1);
+        if passes == 2 {
+            let mut pass1 = Vec::new();
+            while let Some(s) = take(&format!("pass1.stage{}", pass1.len())) {
+                pass1.push(s);
+            }
+            if pass1.is_empty() {
+                return Err("no pass-one statistics".into());
+            }
+            Ok(State::Two { pass1, pass2: take("pass2") })
+        } else {
+            let labeled = take("labeled").ok_or("no labeled statistics")?;
+            Ok(State::One { labeled, unlabeled: take("unlabeled") })
+        }
+    }
+
+    pub(crate) fn merge(&mut self, other: &State) -> std::result::Result<(), String> {
+        match (self, other) {
+            (State::One { labeled, unlabeled }, State::One { labeled: l2, unlabeled: u2 }) => {
+                if labeled.dim() != l2.dim() || labeled.c != l2.c {
+                    return Err("statistics of different shapes".into());
+                }
+                labeled.merge(l2).map_err(|e| e.to_string())?;
+                match (unlabeled, u2) {
+                    (Some(a), Some(b)) => a.merge(b).map_err(|e| e.to_string())?,
+                    (None, None) => {}
+                    _ => return Err("one part has unlabeled statistics and the other not".into()),
+                }
+                Ok(())
+            }
+            (State::Two { pass1: a, pass2: pa }, State::Two { pass1: b, pass2: pb }) => {
+                match (pa, pb) {
+                    (Some(x), Some(y)) => x.merge(y).map_err(|e| e.to_string())?,
+                    (None, None) => {
+                        if a.len() != b.len() {
+                            return Err("parts with different stage counts".into());
+                        }
+                        for (x, y) in a.iter_mut().zip(b) {
+                            x.merge(y).map_err(|e| e.to_string())?;
+                        }
+                    }
+                    _ => return Err("pass-one and pass-two statistics do not merge".into()),
+                }
+                Ok(())
+            }
+            _ => Err("one-pass and two-pass statistics do not merge".into()),
+        }
+    }
+}
+
+/// What the solve produced besides the weights: the rotated problem for validation.
+pub(crate) struct Solved {
+    pub(crate) ridge: Ridge,
+    pub(crate) path: SolvePath,
+    pub(crate) labeled: crate::stats::Centered,
+    pub(crate) projections: Vec<(ProjectionInfo, Projection)>,
+    pub(crate) eigenvalues: Vec<f64>,
+    pub(crate) pcas: Option<Vec<StagePca>>,
+    pub(crate) rows: u64,
+    pub(crate) unlabeled_rows: u64,
+    pub(crate) components: usize,
+    pub(crate) components_requested: usize,
+}
