@@ -187,7 +187,9 @@ pub(crate) fn solve_state(
                 labeled: cl,
                 projections,
                 eigenvalues: pcas[0].eigenvalues.clone(),
-                unlabeled_rows: pass1.first().map_or(0, |s| s.n) - p2.n,
+                // Pass one saw every training row; after a refit pass two also holds the
+                // validation rows, which pass one never saw.
+                unlabeled_rows: pass1.first().map_or(0, |s| s.n).saturating_sub(p2.n),
                 components: e,
                 components_requested: e,
                 pcas: Some(pcas),
@@ -258,7 +260,7 @@ pub(crate) fn finish(
         let (mut table, chosen) = validate(spec, &pipeline, coded, &solved, held_out.as_mut(), say)?;
         lambdas = chosen;
         if let Some(held_out) = held_out {
-            let trained = solved.rows;
+            let (trained, unlabeled) = (solved.rows, solved.unlabeled_rows);
             refit_state(state, &held_out)?;
             // The same problem on more rows at the λ just chosen: a shared λ without PCA
             // is one Cholesky factorisation.
@@ -269,6 +271,7 @@ pub(crate) fn finish(
                 at.ridge.per_output = false;
             }
             solved = solve_state(&at, state, pcas, say)?;
+            solved.unlabeled_rows = unlabeled;
             say(&format!(
                 "ridge: refit at λ = {} on {} rows ({trained} training + {} validation)",
                 lambda_text(&lambdas),

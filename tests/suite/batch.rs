@@ -515,6 +515,8 @@ fn a_validation_refit_equals_training_on_both_files_at_the_chosen_lambda() {
         .replace("label = \"label\"", "label = \"label\"\nvalidation = [\"valid.parquet\"]");
     let out = run_ok(&["train", &pipeline(&dir, &two), "-o", dir.path("two.sfm").to_str().unwrap(), "-q"]);
     assert!(out.contains("trained on 1200 rows"), "{out}");
+    let m = Model::load(&dir.path("two.sfm")).unwrap();
+    assert_eq!((m.header.rows, m.header.unlabeled_rows), (1200, 0), "no row is unlabeled");
 }
 
 #[test]
