@@ -14,7 +14,9 @@ use arrow_array::RecordBatch;
 use crate::error::{Error, Result};
 use crate::model::Model;
 use crate::pipeline::predict::{predict_rows, PredictOptions, Rows};
-use crate::pipeline::run::{prepare, prepare_inputs, train_prepared, RunOptions};
+use crate::pipeline::run::{
+    accumulate_part, prepare, prepare_inputs, solve_loaded, train_prepared, RunOptions, SolveOutcome, Statistics,
+};
 use crate::pipeline::spec::{DataSpec, LambdaValue, NullLabels, PipelineSpec, Task};
 use crate::sketch::StageSpec;
 use crate::source::Dataset;
@@ -163,6 +165,57 @@ impl Pipeline {
         let data = Dataset::from_batches("record batches", batches.into_iter().collect(), self.spec.columns())?;
         let prep = prepare_inputs(&self.spec, data, None, &mut |_| {})?;
         train_prepared(&self.spec, &RunOptions::default(), prep, &mut |_| {})
+    }
+
+    /// The statistics of shard `i` of `n` of record batches in memory (every n-th batch,
+    /// from batch i): merge shards with [`Pipeline::solve`], or save them as the
+    /// command's part files. One-pass pipelines (a sharded two-pass run goes through
+    /// the command line's `--pass1` files).
+    pub fn accumulate(
+        &self,
+        batches: impl IntoIterator<Item = RecordBatch>,
+        shard: (usize, usize),
+    ) -> Result<Statistics> {
+        self.one_pass_only()?;
+        let data = Dataset::from_batches("record batches", batches.into_iter().collect(), self.spec.columns())?;
+        let prep = prepare_inputs(&self.spec, data, None, &mut |_| {})?;
+        accumulate_part(&self.spec, prep, shard, &RunOptions::default(), None, &mut |_| {})
+    }
+
+    /// [`Pipeline::accumulate`] over Parquet files: every n-th row group.
+    pub fn accumulate_files<P: Into<PathBuf>>(
+        &self,
+        files: impl IntoIterator<Item = P>,
+        shard: (usize, usize),
+    ) -> Result<Statistics> {
+        self.one_pass_only()?;
+        let mut spec = self.spec.clone();
+        spec.data.train = files.into_iter().map(Into::into).collect();
+        spec.check()?;
+        let prep = prepare(&spec, &mut |_| {})?;
+        accumulate_part(&spec, prep, shard, &RunOptions::default(), None, &mut |_| {})
+    }
+
+    /// Merges the shards' statistics (each once, all from this pipeline and data, none
+    /// missing) and solves them into a model: the model one process would fit.
+    pub fn solve(&self, parts: Vec<Statistics>) -> Result<Model> {
+        self.one_pass_only()?;
+        self.check()?;
+        match solve_loaded(&self.spec, parts, false, None, None, &mut |_| {})? {
+            SolveOutcome::Model(m) => Ok(*m),
+            SolveOutcome::Pass1Merged => Err(Error::Internal("a one-pass solve merged pass one".into())),
+        }
+    }
+
+    fn one_pass_only(&self) -> Result<()> {
+        if self.spec.passes != 1 {
+            return Err(Error::config(
+                &self.spec.source,
+                "passes",
+                "the library's accumulate and solve are one-pass; shard a two-pass run with the command line's `accumulate --pass1`",
+            ));
+        }
+        Ok(())
     }
 
     /// Fits on Parquet files (paths or globs), streamed in bounded memory.

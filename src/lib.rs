@@ -58,6 +58,7 @@ pub mod tridiag;
 pub use api::{Lambda, Pipeline};
 pub use error::{Error, Result};
 pub use model::Model;
+pub use pipeline::run::Statistics;
 pub mod atomic;
 pub mod model;
 pub mod pipeline;

@@ -18,7 +18,8 @@ use crate::solve::SolvePath;
 
 pub use super::plan::RunOptions;
 pub use super::plan::{prepare, prepare_inputs, Prepared, WorkUnit};
-pub use super::shards::{accumulate_shard, parse_shard, solve_parts, SolveOutcome};
+pub(crate) use super::shards::{accumulate_part, solve_loaded};
+pub use super::shards::{accumulate_shard, parse_shard, solve_parts, SolveOutcome, Statistics};
 pub use super::state::State;
 use crate::pipeline::checkpoint::Checkpointer;
 use crate::pipeline::pass::accumulate;

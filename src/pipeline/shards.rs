@@ -7,9 +7,9 @@ use crate::model::Model;
 use crate::pipeline::checkpoint::read_stats;
 use crate::pipeline::pass::accumulate;
 use crate::pipeline::pass::run_pass;
-use crate::pipeline::plan::prepare;
 use crate::pipeline::plan::stage_ranges;
 use crate::pipeline::plan::RunOptions;
+use crate::pipeline::plan::{prepare, Prepared};
 use crate::pipeline::projection::fit_stage_pcas;
 use crate::pipeline::solve_step::finish;
 use crate::pipeline::spec::PipelineSpec;
@@ -165,7 +165,77 @@ pub fn accumulate_shard(
     for out in std::iter::once(out).chain(opts.checkpoint.as_deref()) {
         crate::atomic::check_output(out)?;
     }
+    let part = accumulate_part(spec, prep, shard, opts, pass1, say)?;
+    crate::atomic::write_bytes(out, &part.to_bytes()?)
+}
+
+/// A shard's statistics and manifest, as a part file holds them.
+#[derive(Debug)]
+pub struct Statistics {
+    /// Where it was read from, or what it was made from (for messages).
+    pub origin: PathBuf,
+    pub(crate) meta: PartMeta,
+    pub(crate) state: State,
+}
+
+impl Statistics {
+    /// Rows accumulated (labeled and unlabeled; pass one's for a two-pass part one).
+    pub fn rows(&self) -> u64 {
+        self.state.blocks().first().map_or(0, |(_, s)| s.n)
+    }
+    /// `(shard, shards)`.
+    pub fn shard(&self) -> (usize, usize) {
+        (self.meta.shard, self.meta.shards)
+    }
+    /// The part file's bytes (read back before they are returned).
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        let blocks = self.state.blocks();
+        // A pass-two part carries only its own statistics; pass one is in the merged file.
+        let named: Vec<(&str, &GramStats)> =
+            blocks.iter().filter(|(n, _)| self.meta.pass == 1 || n == "pass2").map(|(n, s)| (n.as_str(), *s)).collect();
+        stats_to_bytes(&named, serde_json::to_value(&self.meta).unwrap_or_default())
+    }
+    /// Reads and verifies a part file.
+    pub fn load(path: &Path) -> Result<Statistics> {
+        let (blocks, meta, _) = read_stats(path, true)?;
+        Statistics::from_blocks(path, blocks, meta)
+    }
+    fn from_blocks(path: &Path, blocks: Vec<(String, GramStats)>, meta: serde_json::Value) -> Result<Statistics> {
+        let bad = |message: String| Error::BadModel { path: path.to_path_buf(), message };
+        let meta: PartMeta = serde_json::from_value(meta).map_err(|e| bad(format!("not a shard's statistics: {e}")))?;
+        if meta.kind != "shard" {
+            return Err(bad("not a shard's statistics".into()));
+        }
+        let state = if meta.pass == 2 {
+            let (_, p2) =
+                blocks.into_iter().find(|(n, _)| n == "pass2").ok_or_else(|| bad("no pass-two statistics".into()))?;
+            State::Two { pass1: Vec::new(), pass2: Some(p2) }
+        } else {
+            // Which layout the blocks have; whether it is the pipeline's is checked at solve.
+            let passes = if blocks.iter().any(|(n, _)| n.starts_with("pass1.")) { 2 } else { 1 };
+            State::from_blocks(passes, blocks).map_err(bad)?
+        };
+        Ok(Statistics { origin: path.to_path_buf(), meta, state })
+    }
+    /// Saves the part file atomically.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        crate::atomic::write_bytes(path, &self.to_bytes()?)
+    }
+}
+
+/// The statistics of every N-th unit of a prepared run.
+pub(crate) fn accumulate_part(
+    spec: &PipelineSpec,
+    prep: Prepared,
+    shard: (usize, usize),
+    opts: &RunOptions,
+    pass1: Option<&Path>,
+    say: &mut dyn FnMut(&str),
+) -> Result<Statistics> {
     let (i, n) = shard;
+    if n == 0 || i >= n {
+        return Err(Error::config("command line", "--shard", format!("shard {i}/{n}: need 0 ≤ i < N")));
+    }
     let units: Vec<usize> = (0..prep.work.len()).filter(|u| u % n == i).collect();
     say(&format!("shard {i}/{n}: {} of {} row groups", units.len(), prep.work.len()));
     let (state, pass, pass1_checksum) = match (spec.passes, pass1) {
@@ -200,12 +270,8 @@ pub fn accumulate_shard(
         map_keys: Some(map_keys(spec)),
         code: prep.code.as_ref().and_then(OutputCode::rows),
     };
-    let blocks = state.blocks();
-    // A pass-two part carries only its own statistics; pass one is in the merged file.
-    let named: Vec<(&str, &GramStats)> =
-        blocks.iter().filter(|(n, _)| pass == 1 || n == "pass2").map(|(n, s)| (n.as_str(), *s)).collect();
-    let bytes = stats_to_bytes(&named, serde_json::to_value(&meta).unwrap_or_default())?;
-    crate::atomic::write_bytes(out, &bytes)
+    let origin = prep.labeled.files.first().map_or_else(PathBuf::new, |f| f.path.clone());
+    Ok(Statistics { origin, meta, state })
 }
 
 /// What `solve` produced.
@@ -233,24 +299,28 @@ pub fn solve_parts(
     if parts.is_empty() {
         return Err(Error::config("command line", "PART", "no statistics files given"));
     }
-    let mut loaded: Vec<(PathBuf, PartMeta, State)> = Vec::new();
+    let mut loaded = Vec::new();
     for path in parts {
-        let bad = |message: String| Error::BadModel { path: path.clone(), message };
-        let (blocks, meta, _) = read_stats(path, true)?;
-        let meta: PartMeta = serde_json::from_value(meta).map_err(|e| bad(format!("not a shard's statistics: {e}")))?;
-        if meta.kind != "shard" {
-            return Err(bad("not a shard's statistics".into()));
-        }
-        let state = if meta.pass == 2 {
-            let (_, p2) =
-                blocks.into_iter().find(|(n, _)| n == "pass2").ok_or_else(|| bad("no pass-two statistics".into()))?;
-            State::Two { pass1: Vec::new(), pass2: Some(p2) }
-        } else {
-            State::from_blocks(spec.passes, blocks).map_err(bad)?
-        };
-        loaded.push((path.clone(), meta, state));
+        loaded.push(Statistics::load(path)?);
     }
     crate::atomic::check_output(out)?;
+    solve_loaded(spec, loaded, allow_partial, pass1, Some(out), say)
+}
+
+/// [`solve_parts`] on parts already loaded (or accumulated in this process). `out` is
+/// where merged pass-one statistics go (two-pass pass-one parts only).
+pub(crate) fn solve_loaded(
+    spec: &PipelineSpec,
+    parts: Vec<Statistics>,
+    allow_partial: bool,
+    pass1: Option<&Path>,
+    out: Option<&Path>,
+    say: &mut dyn FnMut(&str),
+) -> Result<SolveOutcome> {
+    if parts.is_empty() {
+        return Err(Error::config(&spec.source, "parts", "no statistics given"));
+    }
+    let mut loaded: Vec<(PathBuf, PartMeta, State)> = parts.into_iter().map(|p| (p.origin, p.meta, p.state)).collect();
     let first = loaded[0].1.clone();
     let mut seen_units = BTreeSet::new();
     let mut seen_shards = BTreeSet::new();
@@ -313,6 +383,9 @@ pub fn solve_parts(
             let blocks = state.blocks();
             let named: Vec<(&str, &GramStats)> = blocks.iter().map(|(n, s)| (n.as_str(), *s)).collect();
             let bytes = stats_to_bytes(&named, serde_json::to_value(&meta).unwrap_or_default())?;
+            let out = out.ok_or_else(|| {
+                Error::config(&spec.source, "parts", "pass-one parts merge into a file: give an output path")
+            })?;
             crate::atomic::write_bytes(out, &bytes)?;
             Ok(SolveOutcome::Pass1Merged)
         }

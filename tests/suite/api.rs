@@ -157,3 +157,38 @@ fn string_labels_and_regression_in_memory() {
     let worst = p.values().iter().zip(&y).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
     assert!(worst < 1e-3, "a linear target through the identity stage: worst error {worst:e}");
 }
+
+#[test]
+fn statistics_of_shards_in_memory_merge_to_the_one_process_model_and_round_trip_as_files() {
+    let dir = TempDir::new("api-stats");
+    let cols = rings(900, 6);
+    let parts = batches(&cols, 100);
+    let p = pipeline().pca(32);
+    let whole = p.fit(parts.clone()).unwrap();
+    let shards: Vec<sketchfit::Statistics> = (0..3).map(|i| p.accumulate(parts.clone(), (i, 3)).unwrap()).collect();
+    assert_eq!(shards.iter().map(|s| s.rows()).sum::<u64>(), 900);
+    assert_eq!(shards[1].shard(), (1, 3));
+    // A part saved and loaded is the part: the same files as `accumulate` writes.
+    let path = dir.path("s1.stats");
+    shards[1].save(&path).unwrap();
+    let back = sketchfit::Statistics::load(&path).unwrap();
+    assert_eq!(back.to_bytes().unwrap(), shards[1].to_bytes().unwrap());
+    let mut shards = shards;
+    shards[1] = back;
+    let merged = p.solve(shards).unwrap();
+    let rel = |a: &[f64], b: &[f64]| {
+        let s = b.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        a.iter().zip(b).fold(0.0f64, |m, (x, y)| m.max((x - y).abs())) / s
+    };
+    assert!(rel(&merged.weights, &whole.weights) < 1e-10, "{:e}", rel(&merged.weights, &whole.weights));
+    assert_eq!(merged.header.rows, 900);
+    // A shard given twice, a missing shard, or another pipeline's shard is refused.
+    let twice = vec![p.accumulate(parts.clone(), (0, 2)).unwrap(), p.accumulate(parts.clone(), (0, 2)).unwrap()];
+    assert!(p.solve(twice).unwrap_err().to_string().contains("given twice"));
+    let missing = vec![p.accumulate(parts.clone(), (0, 2)).unwrap()];
+    assert!(p.solve(missing).unwrap_err().to_string().contains("missing"));
+    let other = p.clone().seed(12);
+    let foreign = vec![other.accumulate(parts.clone(), (0, 1)).unwrap()];
+    assert!(p.solve(foreign).is_err());
+    assert!(p.accumulate(parts, (3, 3)).is_err(), "shard 3 of 3 does not exist");
+}
