@@ -6,7 +6,7 @@
 //! sketches each degree of the series in `⟨x, y⟩` with its own tree (high `d`).
 
 use super::recursive::RecursiveTensorSketch;
-use super::FeatureMap;
+use super::{FeatureMap, GaussianSketchHdSpec, GaussianSketchSpec, MAX_TRUNCATION};
 
 /// `φ_0(a) … φ_{s−1}(a)` with `φ_i(a) = e^{−a²} √(2^i/i!) a^i` by the recurrence
 /// `φ_i = φ_{i−1} · a · √(2/i)` (no factorials, no overflow).
@@ -205,4 +205,65 @@ pub fn hd_block_sizes(m: usize, s: usize, r: f64, d: usize) -> (Vec<usize>, bool
         sizes[0] = d;
     }
     (sizes, identity)
+}
+
+/// Fits a Gaussian sketch on the pre-pass sample (normalised rows `xn`, `n × d`, and
+/// random row pairs): the center (the mean unless given), σ (the median pair distance
+/// unless given) and the truncation from the preprocessed range (math.md §8).
+pub(crate) fn fit_sketch(s: &mut GaussianSketchSpec, xn: &[f32], n: usize, d: usize, pairs: &[(usize, usize)]) {
+    let (center, sigma) = fit_common(xn, n, d, pairs, &s.center, s.sigma);
+    let scale = (1.0 / (2.0 * sigma * sigma)).sqrt();
+    // L = 1.1 max |x_j| after preprocessing; s from d · Pr[Poi(2L²) ≥ s] ≤ 1e-6.
+    let l = 1.1 * (0..n * d).map(|i| (scale * (f64::from(xn[i]) - center[i % d])).abs()).fold(0.0, f64::max);
+    s.truncation = s.truncation.or(Some(truncation(2.0 * l * l, d as f64, 1e-6, MAX_TRUNCATION)));
+    s.center = center;
+    s.sigma = Some(sigma);
+}
+
+/// Fits a Gaussian HD sketch like [`fit_sketch`], with the truncation from the rows'
+/// radius and the block sizes of math.md §9.
+pub(crate) fn fit_sketch_hd(s: &mut GaussianSketchHdSpec, xn: &[f32], n: usize, d: usize, pairs: &[(usize, usize)]) {
+    let (center, sigma) = fit_common(xn, n, d, pairs, &s.center, s.sigma);
+    let scale = (1.0 / (2.0 * sigma * sigma)).sqrt();
+    let r = 1.1
+        * (0..n)
+            .map(|i| (0..d).map(|j| (scale * (f64::from(xn[i * d + j]) - center[j])).powi(2)).sum::<f64>().sqrt())
+            .fold(0.0, f64::max);
+    let t = s.truncation.unwrap_or_else(|| truncation(2.0 * r * r, 1.0, 1e-6, MAX_TRUNCATION));
+    s.truncation = Some(t.max(1));
+    if s.blocks.is_empty() {
+        let (sizes, identity) = hd_block_sizes(s.dim, t.max(1), r, d);
+        s.blocks = sizes;
+        s.identity_block = identity;
+    }
+    s.center = center;
+    s.sigma = Some(sigma);
+}
+
+/// Centre (sample mean unless given) and σ (median pairwise distance unless given).
+fn fit_common(
+    xn: &[f32],
+    n: usize,
+    d: usize,
+    pairs: &[(usize, usize)],
+    center: &[f64],
+    sigma: Option<f64>,
+) -> (Vec<f64>, f64) {
+    let center = if center.len() == d {
+        center.to_vec()
+    } else {
+        (0..d).map(|j| (0..n).map(|i| f64::from(xn[i * d + j])).sum::<f64>() / n.max(1) as f64).collect()
+    };
+    let sigma = sigma.unwrap_or_else(|| {
+        let mut dist: Vec<f64> = pairs
+            .iter()
+            .map(|&(a, b)| {
+                (0..d).map(|j| (f64::from(xn[a * d + j]) - f64::from(xn[b * d + j])).powi(2)).sum::<f64>().sqrt()
+            })
+            .filter(|&v| v > 0.0)
+            .collect();
+        dist.sort_by(f64::total_cmp);
+        dist.get(dist.len() / 2).copied().unwrap_or(1.0)
+    });
+    (center, sigma)
 }

@@ -24,7 +24,7 @@ use crate::rng::StageRng;
 use chi2::{Chi2Chebyshev, Chi2Series, ExpChi2};
 use count::CountSketch;
 use craftmaps::Craftmaps;
-use gaussian::{hd_block_sizes, truncation, GaussianSketch, GaussianSketchHd, HdBlock, Preprocess};
+use gaussian::{GaussianSketch, GaussianSketchHd, HdBlock, Preprocess};
 use hadamard::{next_pow2, GaussianProjection, Srht};
 use identity::Identity;
 use maclaurin::{DotKernel, Projections, RandomMaclaurin};
@@ -513,7 +513,7 @@ macro_rules! common {
     };
 }
 
-fn dot_kernel(kind: DotKind, degree: u32, gamma: f64, offset: f64) -> DotKernel {
+pub(crate) fn dot_kernel(kind: DotKind, degree: u32, gamma: f64, offset: f64) -> DotKernel {
     match kind {
         DotKind::Polynomial => DotKernel::Polynomial { degree, gamma, offset },
         DotKind::Exponential => DotKernel::Exponential { gamma },
@@ -528,34 +528,6 @@ fn gaussian_common(sigma: Option<f64>, t: Option<usize>, err: &dyn Fn(&str, Stri
         }
     }
     Ok(())
-}
-
-/// Centre (sample mean unless given) and σ (median pairwise distance unless given).
-fn gaussian_fit_common(
-    xn: &[f32],
-    n: usize,
-    d: usize,
-    pairs: &[(usize, usize)],
-    center: &[f64],
-    sigma: Option<f64>,
-) -> (Vec<f64>, f64) {
-    let center = if center.len() == d {
-        center.to_vec()
-    } else {
-        (0..d).map(|j| (0..n).map(|i| f64::from(xn[i * d + j])).sum::<f64>() / n.max(1) as f64).collect()
-    };
-    let sigma = sigma.unwrap_or_else(|| {
-        let mut dist: Vec<f64> = pairs
-            .iter()
-            .map(|&(a, b)| {
-                (0..d).map(|j| (f64::from(xn[a * d + j]) - f64::from(xn[b * d + j])).powi(2)).sum::<f64>().sqrt()
-            })
-            .filter(|&v| v > 0.0)
-            .collect();
-        dist.sort_by(f64::total_cmp);
-        dist.get(dist.len() / 2).copied().unwrap_or(1.0)
-    });
-    (center, sigma)
 }
 
 fn rff_dim(variant: RffVariant, dim: usize, err: &dyn Fn(&str, String) -> Result<()>) -> Result<()> {
@@ -896,35 +868,8 @@ impl StageSpec {
             StageSpec::Chi2(s) if s.k.is_empty() => {
                 s.k = chi2::fit_k(xn.iter().map(|&v| f64::from(v)), s.terms, s.bins).k;
             }
-            StageSpec::GaussianSketch(s) => {
-                let (center, sigma) = gaussian_fit_common(&xn, n, d, &pairs, &s.center, s.sigma);
-                let scale = (1.0 / (2.0 * sigma * sigma)).sqrt();
-                // L = 1.1 max |x_j| after preprocessing; s from d · Pr[Poi(2L²) ≥ s] ≤ 1e-6.
-                let l =
-                    1.1 * (0..n * d).map(|i| (scale * (f64::from(xn[i]) - center[i % d])).abs()).fold(0.0, f64::max);
-                s.truncation = s.truncation.or(Some(truncation(2.0 * l * l, d as f64, 1e-6, MAX_TRUNCATION)));
-                s.center = center;
-                s.sigma = Some(sigma);
-            }
-            StageSpec::GaussianSketchHd(s) => {
-                let (center, sigma) = gaussian_fit_common(&xn, n, d, &pairs, &s.center, s.sigma);
-                let scale = (1.0 / (2.0 * sigma * sigma)).sqrt();
-                let r = 1.1
-                    * (0..n)
-                        .map(|i| {
-                            (0..d).map(|j| (scale * (f64::from(xn[i * d + j]) - center[j])).powi(2)).sum::<f64>().sqrt()
-                        })
-                        .fold(0.0, f64::max);
-                let t = s.truncation.unwrap_or_else(|| truncation(2.0 * r * r, 1.0, 1e-6, MAX_TRUNCATION));
-                s.truncation = Some(t.max(1));
-                if s.blocks.is_empty() {
-                    let (sizes, identity) = hd_block_sizes(s.dim, t.max(1), r, d);
-                    s.blocks = sizes;
-                    s.identity_block = identity;
-                }
-                s.center = center;
-                s.sigma = Some(sigma);
-            }
+            StageSpec::GaussianSketch(s) => gaussian::fit_sketch(s, &xn, n, d, &pairs),
+            StageSpec::GaussianSketchHd(s) => gaussian::fit_sketch_hd(s, &xn, n, d, &pairs),
             StageSpec::ExpChi2(s) => {
                 if s.k.is_empty() {
                     s.k = chi2::fit_k(xn.iter().map(|&v| f64::from(v)), s.terms, s.bins).k;
@@ -1054,9 +999,9 @@ impl ParamArray {
 }
 
 /// Stored arrays of a stage, looked up by name with shape checks.
-struct Params<'a>(&'a [ParamArray]);
+pub(crate) struct Params<'a>(pub(crate) &'a [ParamArray]);
 
-type PResult<T> = std::result::Result<T, String>;
+pub(crate) type PResult<T> = std::result::Result<T, String>;
 
 impl Params<'_> {
     fn get(&self, name: &str) -> PResult<&ParamArray> {
@@ -1304,7 +1249,14 @@ impl Sketch for Craftmaps {
     }
 }
 
-fn tensor_sketch(degree: u32, gamma: f64, offset: f64, d: usize, dim: usize, rng: &mut StageRng) -> TensorSketch {
+pub(crate) fn tensor_sketch(
+    degree: u32,
+    gamma: f64,
+    offset: f64,
+    d: usize,
+    dim: usize,
+    rng: &mut StageRng,
+) -> TensorSketch {
     TensorSketch::draw(PolyKernel { degree, gamma, offset }, d, dim, rng)
 }
 
@@ -1328,27 +1280,7 @@ pub fn build_map(spec: &StageSpec, d: usize, rng: &mut StageRng) -> Result<Box<d
             rng,
         )),
         StageSpec::RecursiveTensorSketch(s) => Box::new(recursive(s.degree, s.gamma, s.offset, d, s.dim, rng)),
-        StageSpec::Craftmaps(s) => {
-            let up: Box<dyn Sketch> = match s.up {
-                UpKind::RandomMaclaurin => Box::new(RandomMaclaurin::draw(
-                    dot_kernel(s.kernel, s.degree, s.gamma, s.offset),
-                    d,
-                    s.up_dim(),
-                    s.eta,
-                    s.h01,
-                    s.hadamard,
-                    rng,
-                )),
-                UpKind::TensorSketch => Box::new(tensor_sketch(s.degree, s.gamma, s.offset, d, s.up_dim(), rng)),
-            };
-            let du = up.output_dim();
-            let e = s.dim.min(next_pow2(du));
-            let down: Box<dyn Sketch> = match s.down {
-                DownKind::Srht => Box::new(Srht::draw(du, e, rng)),
-                DownKind::Gaussian => Box::new(GaussianProjection::draw(du, s.dim, rng)),
-            };
-            Box::new(Craftmaps { up, down })
-        }
+        StageSpec::Craftmaps(s) => craftmaps::build(s, d, rng),
         StageSpec::Rff(s) => {
             Box::new(Rff::draw(s.kernel, fitted(s.bandwidth(), "rff sigma")?, s.variant, d, s.dim, rng))
         }
@@ -1388,7 +1320,7 @@ pub fn build_map(spec: &StageSpec, d: usize, rng: &mut StageRng) -> Result<Box<d
     })
 }
 
-fn maclaurin_from(
+pub(crate) fn maclaurin_from(
     kernel: DotKernel,
     d: usize,
     dim: usize,
@@ -1473,46 +1405,7 @@ fn rebuild(spec: &StageSpec, d: usize, params: &[ParamArray]) -> PResult<Box<dyn
             &p,
         )?),
         StageSpec::RecursiveTensorSketch(s) => Box::new(recursive_from(s.degree, s.gamma, s.offset, d, s.dim, &p)?),
-        StageSpec::Craftmaps(s) => {
-            let up_p = p.sub("up_");
-            let up_params = Params(&up_p);
-            let up: Box<dyn Sketch> = match s.up {
-                UpKind::RandomMaclaurin => Box::new(maclaurin_from(
-                    dot_kernel(s.kernel, s.degree, s.gamma, s.offset),
-                    d,
-                    s.up_dim(),
-                    s.eta,
-                    s.h01,
-                    s.hadamard,
-                    &up_params,
-                )?),
-                UpKind::TensorSketch => {
-                    let dp = d + usize::from(s.offset > 0.0);
-                    let sketches = up_params.count_sketches("hash", "sign", s.degree as usize, dp, s.up_dim())?;
-                    Box::new(TensorSketch::from_sketches(
-                        PolyKernel { degree: s.degree, gamma: s.gamma, offset: s.offset },
-                        d,
-                        s.up_dim(),
-                        sketches,
-                    ))
-                }
-            };
-            let du = up.output_dim();
-            let down_p = p.sub("down_");
-            let dp = Params(&down_p);
-            let down: Box<dyn Sketch> = match s.down {
-                DownKind::Srht => {
-                    let e = dp.shape("rows")?.first().copied().unwrap_or(0);
-                    let srht = Srht { d_in: du, zeta: dp.i8("zeta", &[next_pow2(du)])?, rows: dp.u32("rows", &[e])? };
-                    srht.validate().map_err(|e| e.to_string())?;
-                    Box::new(srht)
-                }
-                DownKind::Gaussian => {
-                    Box::new(GaussianProjection { at: dp.f32("matrix", &[du, s.dim])?, d_in: du, e: s.dim })
-                }
-            };
-            Box::new(Craftmaps { up, down })
-        }
+        StageSpec::Craftmaps(s) => craftmaps::restore(s, d, &p)?,
         StageSpec::Rff(s) => Box::new(rff_from(&p, s.variant, d, s.dim)?),
         StageSpec::Chi2(s) => {
             if s.k.len() != s.terms {
