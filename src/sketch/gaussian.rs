@@ -229,10 +229,12 @@ pub(crate) fn fit_sketch_hd(s: &mut GaussianSketchHdSpec, xn: &[f32], n: usize, 
         * (0..n)
             .map(|i| (0..d).map(|j| (scale * (f64::from(xn[i * d + j]) - center[j])).powi(2)).sum::<f64>().sqrt())
             .fold(0.0, f64::max);
-    let t = s.truncation.unwrap_or_else(|| truncation(2.0 * r * r, 1.0, 1e-6, MAX_TRUNCATION));
-    s.truncation = Some(t.max(1));
+    // At least the degree-1 block: with a truncation of 1 (rows that barely spread) the
+    // map would hold no block at all.
+    let t = s.truncation.unwrap_or_else(|| truncation(2.0 * r * r, 1.0, 1e-6, MAX_TRUNCATION)).max(2);
+    s.truncation = Some(t);
     if s.blocks.is_empty() {
-        let (sizes, identity) = hd_block_sizes(s.dim, t.max(1), r, d);
+        let (sizes, identity) = hd_block_sizes(s.dim, t, r, d);
         s.blocks = sizes;
         s.identity_block = identity;
     }

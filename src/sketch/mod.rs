@@ -765,6 +765,9 @@ impl StageSpec {
             }
             StageSpec::GaussianSketchHd(s) => {
                 gaussian_common(s.sigma, s.truncation, &err)?;
+                if s.truncation == Some(1) {
+                    return err("truncation", "must be ≥ 2: the HD sketch needs at least the degree-1 block".into());
+                }
                 dim("dim", s.dim, 2)?;
                 if let Some(j) = s.blocks.iter().position(|&b| b == 0) {
                     return err("blocks", format!("entry {j} is 0; every block size must be ≥ 1"));

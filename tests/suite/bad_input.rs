@@ -524,8 +524,16 @@ fn random_pipeline(r: &mut sketchfit::rng::StageRng) -> String {
     let lambda = pick(r, &["\"gcv\"", "\"gcv\"", "0.1", "0.1", "0", "-1", "1e-300"]);
     let solver = pick(r, &["auto", "auto", "auto", "auto", "cholesky", "tridiagonal", "eigen"]);
     let gram = pick(r, &["f64", "f32"]);
+    // Output codes, held-out λ with or without the refit (the training file serves as
+    // its own validation file: the point is the code path, not the score).
+    let codes = match r.below(4) {
+        0 => format!("codes = \"ecoc\"\ncode_length = {}\n", pick(r, &["1", "2", "3", "7", "200", "0"])),
+        _ => String::new(),
+    };
+    let validation = if r.below(4) == 0 { "validation = [\"t.parquet\"]\n" } else { "" };
+    let refit = pick(r, &["true", "true", "false"]);
     format!(
-        "{task}[data]\ntrain = [\"t.parquet\"]\nfeatures = [\"f*\"]\n{target}\n\n{stage}\n{pca}\n[ridge]\nlambda = {lambda}\nsolver = \"{solver}\"\n\n[run]\ngram = \"{gram}\"\nsample_rows = 50\n"
+        "{task}[data]\ntrain = [\"t.parquet\"]\n{validation}features = [\"f*\"]\n{target}\n\n{stage}\n{pca}\n[ridge]\nlambda = {lambda}\nsolver = \"{solver}\"\nrefit = {refit}\n{codes}\n[run]\ngram = \"{gram}\"\nsample_rows = 50\n"
     )
 }
 
@@ -780,4 +788,29 @@ fn a_part_whose_stages_lost_their_fitted_values_is_refused_not_a_panic() {
     let out = sketchfit(&["solve", &p, part.to_str().unwrap(), "-o", dir.path("m.sfm").to_str().unwrap(), "-q"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("p0.stats") && stderr(&out).contains("not fitted"), "{}", stderr(&out));
+}
+
+#[test]
+fn a_gaussian_hd_sketch_on_rows_that_barely_spread_still_has_a_block() {
+    // Found by `scripts/fuzz.sh` (seed 4242, case 760): the fitted truncation was 1, the
+    // map had no block, and the model could not be read back (an internal error).
+    let dir = TempDir::new("hd-one-term");
+    let n = 60;
+    let cols: Vec<(&str, ArrayRef)> = vec![
+        ("f0", Arc::new(Float64Array::from(vec![1.0; n])) as ArrayRef),
+        ("label", Arc::new(Int64Array::from((0..n as i64).map(|i| i % 2).collect::<Vec<_>>()))),
+    ];
+    write_parquet(&dir.path("t.parquet"), cols, 20);
+    let text = "[data]\ntrain = [\"t.parquet\"]\nfeatures = [\"f*\"]\nlabel = \"label\"\n[[stages]]\nkind = \"gaussian_sketch_hd\"\ndim = 8\nnormalize = \"l2\"\n";
+    std::fs::write(dir.path("p.toml"), text).unwrap();
+    let model = dir.path("m.sfm");
+    let out = sketchfit(&["train", dir.path("p.toml").to_str().unwrap(), "-o", model.to_str().unwrap(), "-q"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(sketchfit(&["inspect", model.to_str().unwrap()]).status.code(), Some(0));
+    let p = pipeline(&dir, &["t.parquet"], "features = [\"f0\"]", "");
+    let text = std::fs::read_to_string(&p)
+        .unwrap()
+        .replace("kind = \"tensor_sketch\"\ndim = 16", "kind = \"gaussian_sketch_hd\"\ndim = 16\ntruncation = 1");
+    std::fs::write(&p, text).unwrap();
+    train_fails(&dir, &p, &["stages[0].truncation", "≥ 2"]);
 }
