@@ -70,11 +70,27 @@ pub fn run(a: Args) -> Result<()> {
         "features D = {}, PCA components {} (asked {}), outputs {}\n",
         h.dim, h.components, h.components_requested, h.outputs
     );
-    s += &format!(
-        "lambda: {}{}\n",
-        sketchfit::pipeline::stream::lambda_text(&h.lambdas),
-        if h.gcv.is_some() { " (GCV)" } else { " (fixed)" }
-    );
+    let how = match (&h.validation, &h.gcv) {
+        (Some(v), _) => format!(
+            " (by {} on {} validation rows{})",
+            v.metric,
+            v.rows,
+            v.refit_rows.map_or(String::new(), |n| format!(", then refitted on {n} rows"))
+        ),
+        (None, Some(_)) => " (GCV)".into(),
+        (None, None) => " (fixed)".into(),
+    };
+    s += &format!("lambda: {}{how}\n", sketchfit::pipeline::stream::lambda_text(&h.lambdas));
+    if let Some(rows) = &h.code {
+        let len = rows.first().map_or(0, Vec::len);
+        let closest = (0..rows.len())
+            .flat_map(|a| (a + 1..rows.len()).map(move |b| (a, b)))
+            .take(1_000_000)
+            .map(|(a, b)| rows[a].iter().zip(&rows[b]).filter(|(x, y)| x != y).count())
+            .min()
+            .unwrap_or(0);
+        s += &format!("output code: ECOC, {} classes × L = {len}, closest two rows {closest} apart\n", rows.len());
+    }
     if let Some(path) = &h.solver {
         s += &format!("solve path: {path}\n");
     }

@@ -498,6 +498,8 @@ fn a_validation_refit_equals_training_on_both_files_at_the_chosen_lambda() {
         let m = Model::load(&refit).unwrap();
         let table = m.header.validation.clone().expect("a validation table");
         assert_eq!((table.rows, table.refit_rows, m.header.rows), (300, Some(1200), 1200), "{name}");
+        let shown = run_ok(&["inspect", refit.to_str().unwrap()]);
+        assert!(shown.contains("by accuracy on 300 validation rows, then refitted on 1200 rows"), "{shown}");
         // The same rows trained in one pass at the chosen λ.
         let both = body.replace("train = [\"train.parquet\"]", "train = [\"train.parquet\", \"valid.parquet\"]");
         let p = pipeline(&dir, &both);
@@ -567,6 +569,8 @@ fn ecoc_with_the_identity_code_is_one_vs_all_and_a_drawn_code_shards_like_one_pr
     run_ok(&["solve", &p, &parts[0], &parts[1], "-o", merged.to_str().unwrap(), "-q"]);
     let (s, m) = (Model::load(&single).unwrap(), Model::load(&merged).unwrap());
     assert_eq!(s.header.code, m.header.code);
+    let shown = run_ok(&["inspect", merged.to_str().unwrap()]);
+    assert!(shown.contains("output code: ECOC, 3 classes × L = 3"), "{shown}");
     assert_eq!(s.header.outputs, 3);
     assert!(rel(&m.weights, &s.weights) < 1e-10);
     let truth: Vec<i64> = {
