@@ -449,69 +449,78 @@ pub struct GaussianSketchHdSpec {
 /// The largest truncation the Gaussian sketches fit (math.md §9 warns above 64).
 pub const MAX_TRUNCATION: usize = 96;
 
-/// One stage of a pipeline, as written in the pipeline file.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum StageSpec {
-    /// See [`IdentitySpec`].
-    Identity(IdentitySpec),
-    /// See [`TensorSketchSpec`].
-    TensorSketch(TensorSketchSpec),
-    /// See [`RandomMaclaurinSpec`].
-    RandomMaclaurin(RandomMaclaurinSpec),
-    /// See [`RecursiveSpec`].
-    RecursiveTensorSketch(RecursiveSpec),
-    /// See [`CraftmapsSpec`].
-    Craftmaps(CraftmapsSpec),
-    /// See [`RffSpec`].
-    Rff(RffSpec),
-    /// See [`Chi2Spec`].
-    Chi2(Chi2Spec),
-    /// See [`Chi2ChebyshevSpec`].
-    Chi2Chebyshev(Chi2ChebyshevSpec),
-    /// See [`ExpChi2Spec`].
-    ExpChi2(ExpChi2Spec),
-    /// See [`GaussianSketchSpec`].
-    GaussianSketch(GaussianSketchSpec),
-    /// See [`GaussianSketchHdSpec`].
-    GaussianSketchHd(GaussianSketchHdSpec),
+/// The sketch families: one line each. From it come the [`StageSpec`] enum (tagged by
+/// `kind` in pipeline files and model headers), [`KINDS`], the TOML dispatch, the
+/// fields every stage has (`normalize`, `weight`), `From<…Spec>` for building pipelines
+/// in code, and `Default` — the pipeline file's own defaults, read from an empty table
+/// with the file's rules, so code and files never disagree. Adding a family: its file,
+/// its spec struct, one line here, and its arms in the methods below.
+macro_rules! families {
+    ($( $kind:literal => $variant:ident($spec:ty) ),* $(,)?) => {
+        /// One stage of a pipeline, as written in the pipeline file.
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+        #[serde(tag = "kind")]
+        pub enum StageSpec {
+            $(
+                #[doc = concat!("`kind = \"", $kind, "\"`: see [`", stringify!($spec), "`].")]
+                #[serde(rename = $kind)]
+                $variant($spec),
+            )*
+        }
+
+        /// The stage kinds a pipeline may name.
+        pub const KINDS: &[&str] = &[$($kind),*];
+
+        impl StageSpec {
+            /// The spec of `kind` from its table (without `kind`); `None` for an unknown kind.
+            fn parse_kind(kind: &str, value: toml::Value) -> Option<std::result::Result<StageSpec, toml::de::Error>> {
+                match kind {
+                    $($kind => Some(value.try_into().map(StageSpec::$variant)),)*
+                    _ => None,
+                }
+            }
+
+            /// The fields every family has: input normalisation and weight.
+            fn common(&self) -> (Normalize, f64) {
+                match self {
+                    $(StageSpec::$variant(s) => (s.normalize, s.weight),)*
+                }
+            }
+        }
+
+        $(
+            impl From<$spec> for StageSpec {
+                fn from(s: $spec) -> StageSpec {
+                    StageSpec::$variant(s)
+                }
+            }
+
+            impl Default for $spec {
+                #[allow(clippy::expect_used)] // Invariant: every field has a serde default (tested).
+                fn default() -> Self {
+                    toml::Value::Table(toml::Table::new()).try_into().expect("every field has a default")
+                }
+            }
+        )*
+    };
+}
+
+families! {
+    "identity" => Identity(IdentitySpec),
+    "tensor_sketch" => TensorSketch(TensorSketchSpec),
+    "random_maclaurin" => RandomMaclaurin(RandomMaclaurinSpec),
+    "recursive_tensor_sketch" => RecursiveTensorSketch(RecursiveSpec),
+    "craftmaps" => Craftmaps(CraftmapsSpec),
+    "rff" => Rff(RffSpec),
+    "chi2" => Chi2(Chi2Spec),
+    "chi2_chebyshev" => Chi2Chebyshev(Chi2ChebyshevSpec),
+    "exp_chi2" => ExpChi2(ExpChi2Spec),
+    "gaussian_sketch" => GaussianSketch(GaussianSketchSpec),
+    "gaussian_sketch_hd" => GaussianSketchHd(GaussianSketchHdSpec),
 }
 
 /// The largest output dimension a stage may ask for (2^20).
 pub const MAX_DIM: usize = 1 << 20;
-
-/// The stage kinds a pipeline may name.
-pub const KINDS: &[&str] = &[
-    "identity",
-    "tensor_sketch",
-    "random_maclaurin",
-    "recursive_tensor_sketch",
-    "craftmaps",
-    "rff",
-    "chi2",
-    "chi2_chebyshev",
-    "exp_chi2",
-    "gaussian_sketch",
-    "gaussian_sketch_hd",
-];
-
-macro_rules! common {
-    ($self:expr, $field:ident) => {
-        match $self {
-            StageSpec::Identity(s) => s.$field,
-            StageSpec::TensorSketch(s) => s.$field,
-            StageSpec::RandomMaclaurin(s) => s.$field,
-            StageSpec::RecursiveTensorSketch(s) => s.$field,
-            StageSpec::Craftmaps(s) => s.$field,
-            StageSpec::Rff(s) => s.$field,
-            StageSpec::Chi2(s) => s.$field,
-            StageSpec::Chi2Chebyshev(s) => s.$field,
-            StageSpec::ExpChi2(s) => s.$field,
-            StageSpec::GaussianSketch(s) => s.$field,
-            StageSpec::GaussianSketchHd(s) => s.$field,
-        }
-    };
-}
 
 pub(crate) fn dot_kernel(kind: DotKind, degree: u32, gamma: f64, offset: f64) -> DotKernel {
     match kind {
@@ -642,23 +651,13 @@ impl StageSpec {
         rest.remove("kind");
         let value = toml::Value::Table(rest);
         let bad = |e: toml::de::Error| Error::config(file, at, format!("stage kind '{kind}': {}", e.message()));
-        let spec = match kind.as_str() {
-            "identity" => StageSpec::Identity(value.try_into().map_err(bad)?),
-            "tensor_sketch" => StageSpec::TensorSketch(value.try_into().map_err(bad)?),
-            "random_maclaurin" => StageSpec::RandomMaclaurin(value.try_into().map_err(bad)?),
-            "recursive_tensor_sketch" => StageSpec::RecursiveTensorSketch(value.try_into().map_err(bad)?),
-            "craftmaps" => StageSpec::Craftmaps(value.try_into().map_err(bad)?),
-            "rff" => StageSpec::Rff(value.try_into().map_err(bad)?),
-            "chi2" => StageSpec::Chi2(value.try_into().map_err(bad)?),
-            "chi2_chebyshev" => StageSpec::Chi2Chebyshev(value.try_into().map_err(bad)?),
-            "exp_chi2" => StageSpec::ExpChi2(value.try_into().map_err(bad)?),
-            "gaussian_sketch" => StageSpec::GaussianSketch(value.try_into().map_err(bad)?),
-            "gaussian_sketch_hd" => StageSpec::GaussianSketchHd(value.try_into().map_err(bad)?),
-            other => {
+        let spec = match StageSpec::parse_kind(&kind, value) {
+            Some(parsed) => parsed.map_err(bad)?,
+            None => {
                 return Err(Error::config(
                     file,
                     format!("{at}.kind"),
-                    format!("unknown stage kind '{other}'; known kinds: {}", KINDS.join(", ")),
+                    format!("unknown stage kind '{kind}'; known kinds: {}", KINDS.join(", ")),
                 ))
             }
         };
@@ -669,7 +668,7 @@ impl StageSpec {
     /// Checks every parameter's range.
     pub fn validate(&self, file: &str, at: &str) -> Result<()> {
         let err = |key: &str, msg: String| Err(Error::config(file, format!("{at}.{key}"), msg));
-        let weight = common!(self, weight);
+        let weight = self.weight();
         if !(weight.is_finite() && weight > 0.0) {
             return err("weight", format!("must be a positive number, got {weight}"));
         }
@@ -890,12 +889,12 @@ impl StageSpec {
 
     /// Input normalisation.
     pub fn normalize(&self) -> Normalize {
-        common!(self, normalize)
+        self.common().0
     }
 
     /// Weight in a concatenation.
     pub fn weight(&self) -> f64 {
-        common!(self, weight)
+        self.common().1
     }
 
     /// The kernel the stage approximates (for a fitted spec; unfitted bandwidths read as 1).
@@ -1594,56 +1593,6 @@ impl FeaturePipeline {
         }
     }
 }
-
-/// The pipeline file's defaults for a stage kind, for building stages in code
-/// (`TensorSketchSpec { degree: 3, ..Default::default() }`): an empty table read with
-/// the file's own rules, so code and files can never disagree.
-macro_rules! file_defaults {
-    ($($t:ty),* $(,)?) => {$(
-        impl Default for $t {
-            #[allow(clippy::expect_used)] // Invariant: every field has a serde default (tested below).
-            fn default() -> Self {
-                toml::Value::Table(toml::Table::new()).try_into().expect("every field has a default")
-            }
-        }
-    )*};
-}
-file_defaults!(
-    IdentitySpec,
-    TensorSketchSpec,
-    RandomMaclaurinSpec,
-    RecursiveSpec,
-    CraftmapsSpec,
-    RffSpec,
-    Chi2Spec,
-    Chi2ChebyshevSpec,
-    ExpChi2Spec,
-    GaussianSketchSpec,
-    GaussianSketchHdSpec,
-);
-
-macro_rules! into_stage {
-    ($($t:ty => $v:ident),* $(,)?) => {$(
-        impl From<$t> for StageSpec {
-            fn from(s: $t) -> StageSpec {
-                StageSpec::$v(s)
-            }
-        }
-    )*};
-}
-into_stage!(
-    IdentitySpec => Identity,
-    TensorSketchSpec => TensorSketch,
-    RandomMaclaurinSpec => RandomMaclaurin,
-    RecursiveSpec => RecursiveTensorSketch,
-    CraftmapsSpec => Craftmaps,
-    RffSpec => Rff,
-    Chi2Spec => Chi2,
-    Chi2ChebyshevSpec => Chi2Chebyshev,
-    ExpChi2Spec => ExpChi2,
-    GaussianSketchSpec => GaussianSketch,
-    GaussianSketchHdSpec => GaussianSketchHd,
-);
 
 #[cfg(test)]
 mod defaults_tests {
