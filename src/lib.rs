@@ -47,6 +47,7 @@ pub mod chol;
 pub mod codes;
 pub mod container;
 pub mod error;
+pub mod lasso;
 pub mod rng;
 pub mod sketch;
 pub mod solve;
