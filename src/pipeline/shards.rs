@@ -377,7 +377,7 @@ pub(crate) fn solve_loaded(
         });
     }
     let pipeline = FeaturePipeline::build(&first.stages, first.features.dim, spec.run.seed)?;
-    match (spec.passes, first.pass) {
+    let (mut state, pcas) = match (spec.passes, first.pass) {
         (2, 1) => {
             let meta = PartMeta { kind: "pass1".into(), shard: 0, shards: 1, units: Vec::new(), ..first.clone() };
             let blocks = state.blocks();
@@ -387,7 +387,7 @@ pub(crate) fn solve_loaded(
                 Error::config(&spec.source, "parts", "pass-one parts merge into a file: give an output path")
             })?;
             crate::atomic::write_bytes(out, &bytes)?;
-            Ok(SolveOutcome::Pass1Merged)
+            return Ok(SolveOutcome::Pass1Merged);
         }
         (2, _) => {
             let path = pass1.ok_or_else(|| {
@@ -409,31 +409,20 @@ pub(crate) fn solve_loaded(
                 });
             };
             let pcas = fit_stage_pcas(spec, &p1, &stage_ranges(&pipeline), say)?;
-            let mut state = State::Two { pass1: p1, pass2 };
-            finish(
-                spec,
-                pipeline,
-                first.stages.clone(),
-                first.classes.clone(),
-                first.output_code()?,
-                first.features.clone(),
-                &mut state,
-                Some(pcas),
-                say,
-            )
-            .map(|m| SolveOutcome::Model(Box::new(m)))
+            (State::Two { pass1: p1, pass2 }, Some(pcas))
         }
-        _ => finish(
-            spec,
-            pipeline,
-            first.stages.clone(),
-            first.classes.clone(),
-            first.output_code()?,
-            first.features.clone(),
-            &mut state,
-            None,
-            say,
-        )
-        .map(|m| SolveOutcome::Model(Box::new(m))),
-    }
+        _ => (state, None),
+    };
+    finish(
+        spec,
+        pipeline,
+        first.stages.clone(),
+        first.classes.clone(),
+        first.output_code()?,
+        first.features.clone(),
+        &mut state,
+        pcas,
+        say,
+    )
+    .map(|m| SolveOutcome::Model(Box::new(m)))
 }

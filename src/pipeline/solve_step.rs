@@ -238,10 +238,12 @@ pub(crate) fn finish(
     say: &mut dyn FnMut(&str),
 ) -> Result<Model> {
     let start = std::time::Instant::now();
-    let mut solved = solve_state(spec, state, pcas.clone(), say)?;
-    let dim = pipeline.output_dim();
     let lambda = spec.lambda()?;
     let use_validation = !spec.data.validation.is_empty() && !matches!(lambda, LambdaChoice::Fixed(_));
+    // The per-stage bases are needed again only by a refit's second solve.
+    let keep = if use_validation && spec.ridge.refit { pcas.clone() } else { None };
+    let mut solved = solve_state(spec, state, pcas, say)?;
+    let dim = pipeline.output_dim();
     let c = solved.ridge.outputs();
     let gcv = solved.ridge.gcv(&solved.labeled);
     let mut lambdas =
@@ -270,7 +272,7 @@ pub(crate) fn finish(
                 at.ridge.lambda = LambdaValue::Number(lambdas[0]);
                 at.ridge.per_output = false;
             }
-            solved = solve_state(&at, state, pcas, say)?;
+            solved = solve_state(&at, state, keep, say)?;
             solved.unlabeled_rows = unlabeled;
             say(&format!(
                 "ridge: refit at λ = {} on {} rows ({trained} training + {} validation)",

@@ -81,9 +81,10 @@ pub(crate) fn validate(
         }
         let qv = ndarray::ArrayView2::from_shape((ch.rows, qw), &q).expect("chunk features match the solved width");
         let f_all = qv.dot(&all_w);
+        // One buffer for every λ's scores of this chunk.
+        let mut scores = vec![0.0; ch.rows * c];
         for li in 0..grid.len() {
             let f = f_all.slice_axis(ndarray::Axis(1), ndarray::Slice::from(li * c..(li + 1) * c));
-            let mut scores = vec![0.0; ch.rows * c];
             for r in 0..ch.rows {
                 for j in 0..c {
                     scores[r * c + j] = f[(r, j)] + ymean[j];
