@@ -176,10 +176,6 @@ fn statistics_of_shards_in_memory_merge_to_the_one_process_model_and_round_trip_
     let mut shards = shards;
     shards[1] = back;
     let merged = p.solve(shards).unwrap();
-    let rel = |a: &[f64], b: &[f64]| {
-        let s = b.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-        a.iter().zip(b).fold(0.0f64, |m, (x, y)| m.max((x - y).abs())) / s
-    };
     assert!(rel(&merged.weights, &whole.weights) < 1e-10, "{:e}", rel(&merged.weights, &whole.weights));
     assert_eq!(merged.header.rows, 900);
     // A shard given twice, a missing shard, or another pipeline's shard is refused.

@@ -57,11 +57,6 @@ fn run_ok(args: &[&str]) -> String {
     stdout(&out)
 }
 
-fn rel(a: &[f64], b: &[f64]) -> f64 {
-    let s = b.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-    a.iter().zip(b).fold(0.0f64, |m, (x, y)| m.max((x - y).abs())) / s
-}
-
 #[test]
 fn sharded_runs_give_the_single_process_model_and_duplicates_are_refused() {
     let dir = TempDir::new("shards");

@@ -67,3 +67,27 @@ pub fn stdout(o: &Output) -> String {
 pub fn repo(path: &str) -> String {
     format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))
 }
+
+/// The largest entry difference relative to the largest entry of `b`.
+pub fn rel(a: &[f64], b: &[f64]) -> f64 {
+    let s = b.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    a.iter().zip(b).fold(0.0f64, |m, (x, y)| m.max((x - y).abs())) / s
+}
+
+/// A golden-vector file of `tests/golden/`.
+pub fn load(name: &str) -> Vec<serde_json::Value> {
+    let path = format!("{}/tests/golden/{name}", env!("CARGO_MANIFEST_DIR"));
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// A JSON array of numbers.
+pub fn vec1(v: &serde_json::Value) -> Vec<f64> {
+    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
+}
+
+/// A matrix as (rows, cols, row-major values).
+pub fn mat(v: &serde_json::Value) -> (usize, usize, Vec<f64>) {
+    let rows = v.as_array().unwrap();
+    let cols = rows.first().map_or(0, |r| r.as_array().unwrap().len());
+    (rows.len(), cols, rows.iter().flat_map(vec1).collect())
+}

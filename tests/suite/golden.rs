@@ -3,30 +3,16 @@
 //! scaling, centring, GCV), not just self-consistency.
 
 use serde_json::Value;
+
+use crate::common::{load, mat, vec1};
 use sketchfit::sketch::count::CountSketch;
 use sketchfit::sketch::tensor::{PolyKernel, TensorSketch};
 use sketchfit::sketch::FeatureMap;
 use sketchfit::solve::{Components, LambdaChoice, Pca, RotatedProblem};
 use sketchfit::stats::{Centered, GramStats};
 
-fn load(name: &str) -> Vec<Value> {
-    let path = format!("{}/tests/golden/{name}", env!("CARGO_MANIFEST_DIR"));
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
 fn case<'a>(cases: &'a [Value], name: &str) -> &'a Value {
     cases.iter().find(|c| c["name"] == name).unwrap_or_else(|| panic!("no case {name}"))
-}
-
-fn vec1(v: &Value) -> Vec<f64> {
-    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
-}
-
-/// A matrix as (rows, cols, row-major values).
-fn mat(v: &Value) -> (usize, usize, Vec<f64>) {
-    let rows = v.as_array().unwrap();
-    let cols = rows.first().map_or(0, |r| r.as_array().unwrap().len());
-    (rows.len(), cols, rows.iter().flat_map(vec1).collect())
 }
 
 /// Normwise comparison: `max|got − exp| ≤ tol · max|exp|`.

@@ -3,27 +3,14 @@
 //! explicit random parameters of the numpy reference.
 
 use serde_json::Value;
+
+use crate::common::{load, mat, vec1};
 use sketchfit::sketch::count::CountSketch;
 use sketchfit::sketch::craftmaps::Craftmaps;
 use sketchfit::sketch::hadamard::{fwht, Srht};
 use sketchfit::sketch::maclaurin::{DotKernel, OrderLaw, Projections, RandomMaclaurin};
 use sketchfit::sketch::recursive::RecursiveTensorSketch;
 use sketchfit::sketch::FeatureMap;
-
-fn load(name: &str) -> Vec<Value> {
-    let path = format!("{}/tests/golden/{name}", env!("CARGO_MANIFEST_DIR"));
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-fn vec1(v: &Value) -> Vec<f64> {
-    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
-}
-
-fn mat(v: &Value) -> (usize, usize, Vec<f64>) {
-    let rows = v.as_array().unwrap();
-    let cols = rows.first().map_or(0, |r| r.as_array().unwrap().len());
-    (rows.len(), cols, rows.iter().flat_map(vec1).collect())
-}
 
 fn f32s(v: &[f64]) -> Vec<f32> {
     v.iter().map(|&x| x as f32).collect()
