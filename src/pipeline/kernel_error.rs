@@ -133,7 +133,7 @@ pub fn kernel_error(
     for (i, st) in spec.stages.iter().enumerate() {
         let st = &st.fit(&x, d, spec.run.seed, i)?;
         let xn = normalized(st, &x, d);
-        let k = st.kernel();
+        let k = st.kernel()?;
         let exact: Vec<f64> = (0..n * n)
             .map(|ij| k.eval(&xn[(ij / n) * d..(ij / n + 1) * d], &xn[(ij % n) * d..(ij % n + 1) * d]))
             .collect();

@@ -268,7 +268,7 @@ pub fn mmd(
         _ => None,
     };
     let exact = if opts.exact {
-        let k = fitted[0].kernel();
+        let k = fitted[0].kernel()?;
         let kappa = |x: &[f32], y: &[f32]| -> f64 {
             let (nx, ny) = (x.len() / d, y.len() / d);
             let mut t = 0.0;

@@ -1,11 +1,15 @@
 //! The χ² family for histograms (Li, Lebanon & Sminchisescu 2012/2013; math.md §10):
 //! the direct series with parameters `k_1..k_N` (geometric convergence), their greedy
-//! fit from a log-spaced histogram of the data, the Chebyshev approximation, and
-//! exp-χ² as the direct map followed by Gaussian random Fourier features.
-//! All series arithmetic is f64; outputs are f32.
+//! fit from a log-spaced histogram of the data, and the Chebyshev approximation
+//! (`exp_chi2.rs` builds exp-χ² on the direct series). All series arithmetic is f64;
+//! outputs are f32.
 
-use super::rff::Rff;
-use super::FeatureMap;
+use serde::{Deserialize, Serialize};
+
+use super::family::{chi2_terms, defaults, fail, weight, Checked, Family, Sample};
+use super::params::{PResult, ParamArray, Params};
+use super::{FeatureMap, Kernel, Normalize, Sketch};
+use crate::rng::StageRng;
 
 /// The direct χ² series map `R^d → R^{dN}`, feature `i N + (n − 1)`.
 #[derive(Debug, Clone, PartialEq)]
@@ -184,31 +188,154 @@ impl FeatureMap for Chi2Chebyshev {
     }
 }
 
-/// exp-χ²: the direct series followed by Gaussian random Fourier features with
-/// `w ~ N(0, 2β I)`, unbiased for `exp(−β‖c(x) − c(y)‖²) → exp(−β X²)`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ExpChi2 {
-    /// The direct map.
-    pub series: Chi2Series,
-    /// The random Fourier features over `dN` inputs.
-    pub rff: Rff,
+/// The χ² distance `Σ (x_i − y_i)²/(x_i + y_i)` (terms with `x_i + y_i = 0` are 0).
+pub fn chi2_distance(x: &[f32], y: &[f32]) -> f64 {
+    x.iter()
+        .zip(y)
+        .map(|(&a, &b)| {
+            let (a, b) = (f64::from(a), f64::from(b));
+            if a + b > 0.0 {
+                (a - b).powi(2) / (a + b)
+            } else {
+                0.0
+            }
+        })
+        .sum()
 }
 
-impl FeatureMap for ExpChi2 {
-    fn input_dim(&self) -> usize {
-        self.series.d
+/// `kind = "chi2"`: the direct additive-χ² series with `terms` parameters per coordinate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Chi2Spec {
+    /// `N`, terms per coordinate (output `d·N`).
+    #[serde(default = "defaults::terms")]
+    pub terms: usize,
+    /// `k_1..k_N`; empty: fitted greedily on the pre-pass sample.
+    #[serde(default)]
+    pub k: Vec<f64>,
+    /// Histogram bins of the fit.
+    #[serde(default = "defaults::bins")]
+    pub bins: usize,
+    /// Input row normalisation (`l1` turns counts into histograms).
+    #[serde(default)]
+    pub normalize: Normalize,
+    /// Weight of the stage in a concatenation.
+    #[serde(default = "defaults::weight")]
+    pub weight: f64,
+}
+
+/// A χ² stage with its `k`'s settled (`terms` of them).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Chi2Fitted {
+    /// The spec, `k` set.
+    pub spec: Chi2Spec,
+}
+
+/// The fitted `k`'s of a sample's values (math.md §10.2).
+pub(crate) fn sample_k(sample: &Sample, terms: usize, bins: usize) -> Vec<f64> {
+    fit_k(sample.x.iter().map(|&v| f64::from(v)), terms, bins).k
+}
+
+impl Family for Chi2Spec {
+    type Fitted = Chi2Fitted;
+    const NONNEGATIVE: bool = true;
+
+    fn common(&self) -> (Normalize, f64) {
+        (self.normalize, self.weight)
     }
-    fn output_dim(&self) -> usize {
-        self.rff.output_dim()
+    fn check(&self, _d: Option<usize>) -> Checked {
+        weight(self.weight)?;
+        chi2_terms(self.terms, &self.k, self.bins, 64)
     }
-    fn map(&self, x: &[f32], rows: usize, out: &mut [f32]) {
-        const BLOCK: usize = 512;
-        let (d, dc, dz) = (self.series.d, self.series.output_dim(), self.rff.output_dim());
-        let mut c = vec![0f32; BLOCK.min(rows) * dc];
-        for start in (0..rows).step_by(BLOCK) {
-            let n = BLOCK.min(rows - start);
-            self.series.map(&x[start * d..(start + n) * d], n, &mut c[..n * dc]);
-            self.rff.map(&c[..n * dc], n, &mut out[start * dz..(start + n) * dz]);
+    fn fitted(&self) -> Option<Chi2Fitted> {
+        (self.k.len() == self.terms).then(|| Chi2Fitted { spec: self.clone() })
+    }
+    fn fit(&self, sample: &Sample) -> Chi2Fitted {
+        Chi2Fitted { spec: Chi2Spec { k: sample_k(sample, self.terms, self.bins), ..self.clone() } }
+    }
+    fn settled(f: &Chi2Fitted) -> Self {
+        f.spec.clone()
+    }
+    fn dim(&self) -> Option<usize> {
+        Some(self.terms)
+    }
+    fn with_dim(&self, dim: usize) -> Self {
+        Chi2Spec { terms: dim.clamp(1, 64), ..self.clone() }
+    }
+    fn kernel(_: &Chi2Fitted) -> Kernel {
+        Kernel::Chi2
+    }
+    fn build(f: &Chi2Fitted, d: usize, _rng: &mut StageRng) -> Box<dyn Sketch> {
+        Box::new(Chi2Series { d, k: f.spec.k.clone() })
+    }
+    fn restore(f: &Chi2Fitted, d: usize, _params: &Params) -> PResult<Box<dyn Sketch>> {
+        Ok(Box::new(Chi2Series { d, k: f.spec.k.clone() }))
+    }
+}
+
+/// `kind = "chi2_chebyshev"`: the Chebyshev approximation of the additive χ² kernel.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Chi2ChebyshevSpec {
+    /// `Q`, coefficients per coordinate (output `d·Q`).
+    #[serde(default = "defaults::cheb_terms")]
+    pub terms: usize,
+    /// Input row normalisation.
+    #[serde(default)]
+    pub normalize: Normalize,
+    /// Weight of the stage in a concatenation.
+    #[serde(default = "defaults::weight")]
+    pub weight: f64,
+}
+
+impl Family for Chi2ChebyshevSpec {
+    type Fitted = Chi2ChebyshevSpec;
+    const NONNEGATIVE: bool = true;
+
+    fn common(&self) -> (Normalize, f64) {
+        (self.normalize, self.weight)
+    }
+    fn check(&self, _d: Option<usize>) -> Checked {
+        weight(self.weight)?;
+        if self.terms == 0 || self.terms > 400 {
+            return fail("terms", format!("must be from 1 to 400, got {}", self.terms));
         }
+        Ok(())
+    }
+    fn fitted(&self) -> Option<Self> {
+        Some(self.clone())
+    }
+    fn fit(&self, _sample: &Sample) -> Self {
+        self.clone()
+    }
+    fn settled(fitted: &Self) -> Self {
+        fitted.clone()
+    }
+    fn dim(&self) -> Option<usize> {
+        Some(self.terms)
+    }
+    fn with_dim(&self, dim: usize) -> Self {
+        Chi2ChebyshevSpec { terms: dim.clamp(1, 400), ..self.clone() }
+    }
+    fn kernel(_: &Self) -> Kernel {
+        Kernel::Chi2
+    }
+    fn build(s: &Self, d: usize, _rng: &mut StageRng) -> Box<dyn Sketch> {
+        Box::new(Chi2Chebyshev { d, q: s.terms })
+    }
+    fn restore(s: &Self, d: usize, _params: &Params) -> PResult<Box<dyn Sketch>> {
+        Ok(Box::new(Chi2Chebyshev { d, q: s.terms }))
+    }
+}
+
+impl Sketch for Chi2Series {
+    fn params(&self) -> Vec<ParamArray> {
+        Vec::new()
+    }
+}
+
+impl Sketch for Chi2Chebyshev {
+    fn params(&self) -> Vec<ParamArray> {
+        Vec::new()
     }
 }

@@ -4,12 +4,14 @@
 //! Gaussian map, the reference). Unbiased, since the down-projection is linear and
 //! unbiased.
 
-use super::hadamard::{next_pow2, GaussianProjection, Srht};
-use super::maclaurin::RandomMaclaurin;
+use serde::{Deserialize, Serialize};
+
+use super::family::{defaults, dim, eta, fail, poly, weight, Checked, Family};
+use super::hadamard::DownKind;
+use super::maclaurin::{dot_kernel, DotKernel, DotKind, RandomMaclaurin};
+use super::params::{PResult, ParamArray, Params};
 use super::tensor::{PolyKernel, TensorSketch};
-use super::{
-    dot_kernel, maclaurin_from, tensor_sketch, CraftmapsSpec, DownKind, FeatureMap, PResult, Params, Sketch, UpKind,
-};
+use super::{FeatureMap, Kernel, Normalize, Sketch};
 use crate::rng::StageRng;
 
 /// An up-projection followed by a down-projection.
@@ -41,66 +43,156 @@ impl FeatureMap for Craftmaps {
     }
 }
 
-/// Draws the maps of a CRAFTMaps stage for inputs of dimension `d`: the up-projection,
-/// then the down-projection from its output (an SRHT to at most the next power of two).
-pub(crate) fn build(s: &CraftmapsSpec, d: usize, rng: &mut StageRng) -> Box<dyn Sketch> {
-    let up: Box<dyn Sketch> = match s.up {
-        UpKind::RandomMaclaurin => Box::new(RandomMaclaurin::draw(
-            dot_kernel(s.kernel, s.degree, s.gamma, s.offset),
-            d,
-            s.up_dim(),
-            s.eta,
-            s.h01,
-            s.hadamard,
-            rng,
-        )),
-        UpKind::TensorSketch => Box::new(tensor_sketch(s.degree, s.gamma, s.offset, d, s.up_dim(), rng)),
-    };
-    let du = up.output_dim();
-    let e = s.dim.min(next_pow2(du));
-    let down: Box<dyn Sketch> = match s.down {
-        DownKind::Srht => Box::new(Srht::draw(du, e, rng)),
-        DownKind::Gaussian => Box::new(GaussianProjection::draw(du, s.dim, rng)),
-    };
-    Box::new(Craftmaps { up, down })
+/// The up-projection of CRAFTMaps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UpKind {
+    /// Random Maclaurin with H0/1.
+    #[default]
+    RandomMaclaurin,
+    /// Tensor sketch (polynomial kernel only).
+    TensorSketch,
 }
 
-/// Rebuilds a CRAFTMaps stage from a model's arrays (`up_…` and `down_…`).
-pub(crate) fn restore(s: &CraftmapsSpec, d: usize, p: &Params) -> PResult<Box<dyn Sketch>> {
-    let up_p = p.sub("up_");
-    let up_params = Params(&up_p);
-    let up: Box<dyn Sketch> = match s.up {
-        UpKind::RandomMaclaurin => Box::new(maclaurin_from(
-            dot_kernel(s.kernel, s.degree, s.gamma, s.offset),
-            d,
-            s.up_dim(),
-            s.eta,
-            s.h01,
-            s.hadamard,
-            &up_params,
-        )?),
-        UpKind::TensorSketch => {
-            let dp = d + usize::from(s.offset > 0.0);
-            let sketches = up_params.count_sketches("hash", "sign", s.degree as usize, dp, s.up_dim())?;
-            Box::new(TensorSketch::from_sketches(
-                PolyKernel { degree: s.degree, gamma: s.gamma, offset: s.offset },
-                d,
-                s.up_dim(),
-                sketches,
-            ))
+/// `kind = "craftmaps"`: up-project to `up_dim`, down-project to `dim`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CraftmapsSpec {
+    /// Up-projection family.
+    #[serde(default)]
+    pub up: UpKind,
+    /// Down-projection.
+    #[serde(default)]
+    pub down: DownKind,
+    /// Kernel (random Maclaurin up-projection).
+    #[serde(default)]
+    pub kernel: DotKind,
+    /// Degree `p ≥ 1` (polynomial).
+    #[serde(default = "defaults::degree")]
+    pub degree: u32,
+    /// Scale `γ > 0`.
+    #[serde(default = "defaults::gamma")]
+    pub gamma: f64,
+    /// Offset `c ≥ 0` (polynomial).
+    #[serde(default)]
+    pub offset: f64,
+    /// Output dimension `E`.
+    #[serde(default = "defaults::dim")]
+    pub dim: usize,
+    /// Up-projection dimension `D > E` (0: `8E`).
+    #[serde(default)]
+    pub up_dim: usize,
+    /// Order base `η > 1` (random Maclaurin).
+    #[serde(default = "defaults::eta")]
+    pub eta: f64,
+    /// H0/1 (random Maclaurin).
+    #[serde(default = "defaults::yes")]
+    pub h01: bool,
+    /// Hadamard-structured random Maclaurin up-projection.
+    #[serde(default)]
+    pub hadamard: bool,
+    /// Input row normalisation.
+    #[serde(default)]
+    pub normalize: Normalize,
+    /// Weight of the stage in a concatenation.
+    #[serde(default = "defaults::weight")]
+    pub weight: f64,
+}
+
+impl CraftmapsSpec {
+    /// `D`, the up-projection dimension.
+    pub fn up_dim(&self) -> usize {
+        if self.up_dim == 0 {
+            8 * self.dim
+        } else {
+            self.up_dim
         }
-    };
-    let du = up.output_dim();
-    let down_p = p.sub("down_");
-    let dp = Params(&down_p);
-    let down: Box<dyn Sketch> = match s.down {
-        DownKind::Srht => {
-            let e = dp.shape("rows")?.first().copied().unwrap_or(0);
-            let srht = Srht { d_in: du, zeta: dp.i8("zeta", &[next_pow2(du)])?, rows: dp.u32("rows", &[e])? };
-            srht.validate().map_err(|e| e.to_string())?;
-            Box::new(srht)
+    }
+
+    fn dot(&self) -> DotKernel {
+        dot_kernel(self.kernel, self.degree, self.gamma, self.offset)
+    }
+
+    fn poly(&self) -> PolyKernel {
+        PolyKernel { degree: self.degree, gamma: self.gamma, offset: self.offset }
+    }
+}
+
+impl Family for CraftmapsSpec {
+    type Fitted = CraftmapsSpec;
+
+    fn common(&self) -> (Normalize, f64) {
+        (self.normalize, self.weight)
+    }
+    fn check(&self, _d: Option<usize>) -> Checked {
+        weight(self.weight)?;
+        poly(self.degree, self.gamma, self.offset)?;
+        eta(self.eta)?;
+        dim("dim", self.dim, 1)?;
+        dim("up_dim", self.up_dim(), 2)?;
+        if self.dim >= self.up_dim() {
+            return fail("dim", format!("E = {} must be below up_dim D = {}", self.dim, self.up_dim()));
         }
-        DownKind::Gaussian => Box::new(GaussianProjection { at: dp.f32("matrix", &[du, s.dim])?, d_in: du, e: s.dim }),
-    };
-    Ok(Box::new(Craftmaps { up, down }))
+        if self.up == UpKind::TensorSketch && self.kernel != DotKind::Polynomial {
+            return fail("kernel", "a tensor-sketch up-projection needs kernel = \"polynomial\"");
+        }
+        if self.up == UpKind::TensorSketch && self.hadamard {
+            return fail("hadamard", "the Hadamard-structured up-projection is for random_maclaurin");
+        }
+        Ok(())
+    }
+    fn fitted(&self) -> Option<Self> {
+        Some(self.clone())
+    }
+    fn fit(&self, _sample: &super::Sample) -> Self {
+        self.clone()
+    }
+    fn settled(fitted: &Self) -> Self {
+        fitted.clone()
+    }
+    fn dim(&self) -> Option<usize> {
+        Some(self.dim)
+    }
+    fn with_dim(&self, dim: usize) -> Self {
+        let ratio = self.up_dim() / self.dim.max(1);
+        CraftmapsSpec { dim, up_dim: ratio.max(2) * dim, ..self.clone() }
+    }
+    fn kernel(s: &Self) -> Kernel {
+        Kernel::Dot(s.dot())
+    }
+
+    /// The up-projection, then the down-projection from its output.
+    fn build(s: &Self, d: usize, rng: &mut StageRng) -> Box<dyn Sketch> {
+        let up: Box<dyn Sketch> = match s.up {
+            UpKind::RandomMaclaurin => {
+                Box::new(RandomMaclaurin::draw(s.dot(), d, s.up_dim(), s.eta, s.h01, s.hadamard, rng))
+            }
+            UpKind::TensorSketch => Box::new(TensorSketch::draw(s.poly(), d, s.up_dim(), rng)),
+        };
+        let down = s.down.draw(up.output_dim(), s.dim, rng);
+        Box::new(Craftmaps { up, down })
+    }
+
+    /// From the arrays `up_…` and `down_…`.
+    fn restore(s: &Self, d: usize, p: &Params) -> PResult<Box<dyn Sketch>> {
+        let up_p = p.sub("up_");
+        let up_params = Params(&up_p);
+        let up: Box<dyn Sketch> = match s.up {
+            UpKind::RandomMaclaurin => {
+                Box::new(RandomMaclaurin::restore(s.dot(), d, s.up_dim(), s.eta, s.h01, s.hadamard, &up_params)?)
+            }
+            UpKind::TensorSketch => Box::new(TensorSketch::restore(s.poly(), d, s.up_dim(), &up_params, "")?),
+        };
+        let down_p = p.sub("down_");
+        let down = s.down.restore(up.output_dim(), s.dim, &Params(&down_p))?;
+        Ok(Box::new(Craftmaps { up, down }))
+    }
+}
+
+impl Sketch for Craftmaps {
+    fn params(&self) -> Vec<ParamArray> {
+        let mut v: Vec<ParamArray> = self.up.params().into_iter().map(|p| p.prefixed("up_")).collect();
+        v.extend(self.down.params().into_iter().map(|p| p.prefixed("down_")));
+        v
+    }
 }

@@ -5,8 +5,13 @@
 //! recursive tensor sketch over the `d` coordinates (low `d`); GaussianSketchHD
 //! sketches each degree of the series in `⟨x, y⟩` with its own tree (high `d`).
 
+use serde::{Deserialize, Serialize};
+
+use super::family::{defaults, dim, even_dim, fail, gaussian, weight, Checked, Family, Sample};
+use super::params::{tree_from, tree_params, PResult, ParamArray, Params};
 use super::recursive::RecursiveTensorSketch;
-use super::{FeatureMap, GaussianSketchHdSpec, GaussianSketchSpec, MAX_TRUNCATION};
+use super::{FeatureMap, Kernel, Normalize, Sketch, MAX_TRUNCATION};
+use crate::rng::StageRng;
 
 /// `φ_0(a) … φ_{s−1}(a)` with `φ_i(a) = e^{−a²} √(2^i/i!) a^i` by the recurrence
 /// `φ_i = φ_{i−1} · a · √(2/i)` (no factorials, no overflow).
@@ -207,65 +212,288 @@ pub fn hd_block_sizes(m: usize, s: usize, r: f64, d: usize) -> (Vec<usize>, bool
     (sizes, identity)
 }
 
-/// Fits a Gaussian sketch on the pre-pass sample (normalised rows `xn`, `n × d`, and
-/// random row pairs): the center (the mean unless given), σ (the median pair distance
-/// unless given) and the truncation from the preprocessed range (math.md §8).
-pub(crate) fn fit_sketch(s: &mut GaussianSketchSpec, xn: &[f32], n: usize, d: usize, pairs: &[(usize, usize)]) {
-    let (center, sigma) = fit_common(xn, n, d, pairs, &s.center, s.sigma);
-    let scale = (1.0 / (2.0 * sigma * sigma)).sqrt();
-    // L = 1.1 max |x_j| after preprocessing; s from d · Pr[Poi(2L²) ≥ s] ≤ 1e-6.
-    let l = 1.1 * (0..n * d).map(|i| (scale * (f64::from(xn[i]) - center[i % d])).abs()).fold(0.0, f64::max);
-    s.truncation = s.truncation.or(Some(truncation(2.0 * l * l, d as f64, 1e-6, MAX_TRUNCATION)));
-    s.center = center;
-    s.sigma = Some(sigma);
-}
-
-/// Fits a Gaussian HD sketch like [`fit_sketch`], with the truncation from the rows'
-/// radius and the block sizes of math.md §9.
-pub(crate) fn fit_sketch_hd(s: &mut GaussianSketchHdSpec, xn: &[f32], n: usize, d: usize, pairs: &[(usize, usize)]) {
-    let (center, sigma) = fit_common(xn, n, d, pairs, &s.center, s.sigma);
-    let scale = (1.0 / (2.0 * sigma * sigma)).sqrt();
-    let r = 1.1
-        * (0..n)
-            .map(|i| (0..d).map(|j| (scale * (f64::from(xn[i * d + j]) - center[j])).powi(2)).sum::<f64>().sqrt())
-            .fold(0.0, f64::max);
-    // At least the degree-1 block: with a truncation of 1 (rows that barely spread) the
-    // map would hold no block at all.
-    let t = s.truncation.unwrap_or_else(|| truncation(2.0 * r * r, 1.0, 1e-6, MAX_TRUNCATION)).max(2);
-    s.truncation = Some(t);
-    if s.blocks.is_empty() {
-        let (sizes, identity) = hd_block_sizes(s.dim, t, r, d);
-        s.blocks = sizes;
-        s.identity_block = identity;
-    }
-    s.center = center;
-    s.sigma = Some(sigma);
-}
-
-/// Centre (sample mean unless given) and σ (median pairwise distance unless given).
-fn fit_common(
-    xn: &[f32],
-    n: usize,
-    d: usize,
-    pairs: &[(usize, usize)],
-    center: &[f64],
-    sigma: Option<f64>,
-) -> (Vec<f64>, f64) {
+/// Centre (the sample mean unless given) and σ (the median pair distance unless given).
+fn fit_common(sample: &Sample, center: &[f64], sigma: Option<f64>) -> (Vec<f64>, f64) {
+    let (n, d) = (sample.n, sample.d);
     let center = if center.len() == d {
         center.to_vec()
     } else {
-        (0..d).map(|j| (0..n).map(|i| f64::from(xn[i * d + j])).sum::<f64>() / n.max(1) as f64).collect()
+        (0..d).map(|j| (0..n).map(|i| f64::from(sample.x[i * d + j])).sum::<f64>() / n.max(1) as f64).collect()
     };
-    let sigma = sigma.unwrap_or_else(|| {
-        let mut dist: Vec<f64> = pairs
-            .iter()
-            .map(|&(a, b)| {
-                (0..d).map(|j| (f64::from(xn[a * d + j]) - f64::from(xn[b * d + j])).powi(2)).sum::<f64>().sqrt()
-            })
-            .filter(|&v| v > 0.0)
-            .collect();
-        dist.sort_by(f64::total_cmp);
-        dist.get(dist.len() / 2).copied().unwrap_or(1.0)
-    });
+    let sigma = sigma.unwrap_or_else(|| sample.median_distance(false));
     (center, sigma)
+}
+
+fn preprocess(center: &[f64], sigma: f64) -> Preprocess {
+    Preprocess { center: center.to_vec(), scale: (1.0 / (2.0 * sigma * sigma)).sqrt() }
+}
+
+/// `kind = "gaussian_sketch"`: `exp(−‖x−y‖²/(2σ²))` by per-coordinate expansions and one
+/// recursive tensor sketch over the coordinates (for low `d`, math.md §9).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GaussianSketchSpec {
+    /// Bandwidth σ; default: the median pairwise distance of the pre-pass sample.
+    #[serde(default)]
+    pub sigma: Option<f64>,
+    /// Terms per coordinate `s`; default: the smallest making the truncation bound ≤ 1e-6.
+    #[serde(default)]
+    pub truncation: Option<usize>,
+    /// Output dimension `m` (even).
+    #[serde(default = "defaults::dim")]
+    pub dim: usize,
+    /// Centre `c` of the preprocessing; default: the pre-pass sample mean.
+    #[serde(default)]
+    pub center: Vec<f64>,
+    /// Input row normalisation.
+    #[serde(default)]
+    pub normalize: Normalize,
+    /// Weight of the stage in a concatenation.
+    #[serde(default = "defaults::weight")]
+    pub weight: f64,
+}
+
+/// A Gaussian sketch with σ, truncation and centre settled.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GaussianFitted {
+    /// The spec, every fitted key set.
+    pub spec: GaussianSketchSpec,
+    /// σ.
+    pub sigma: f64,
+    /// Terms per coordinate.
+    pub truncation: usize,
+}
+
+impl Family for GaussianSketchSpec {
+    type Fitted = GaussianFitted;
+
+    fn common(&self) -> (Normalize, f64) {
+        (self.normalize, self.weight)
+    }
+    fn check(&self, d: Option<usize>) -> Checked {
+        weight(self.weight)?;
+        gaussian(self.sigma, self.truncation, &self.center, d)?;
+        even_dim(self.dim)
+    }
+    fn fitted(&self) -> Option<GaussianFitted> {
+        match (self.sigma, self.truncation) {
+            (Some(sigma), Some(truncation)) if !self.center.is_empty() => {
+                Some(GaussianFitted { spec: self.clone(), sigma, truncation })
+            }
+            _ => None,
+        }
+    }
+    /// The centre and σ, then the truncation from the preprocessed range (math.md §8):
+    /// `L = 1.1 max |x_j|`, `s` from `d · Pr[Poi(2L²) ≥ s] ≤ 1e-6`.
+    fn fit(&self, sample: &Sample) -> GaussianFitted {
+        let (n, d) = (sample.n, sample.d);
+        let (center, sigma) = fit_common(sample, &self.center, self.sigma);
+        let scale = (1.0 / (2.0 * sigma * sigma)).sqrt();
+        let l = 1.1 * (0..n * d).map(|i| (scale * (f64::from(sample.x[i]) - center[i % d])).abs()).fold(0.0, f64::max);
+        let truncation = self.truncation.unwrap_or_else(|| truncation(2.0 * l * l, d as f64, 1e-6, MAX_TRUNCATION));
+        let spec = GaussianSketchSpec { sigma: Some(sigma), truncation: Some(truncation), center, ..self.clone() };
+        GaussianFitted { spec, sigma, truncation }
+    }
+    fn settled(f: &GaussianFitted) -> Self {
+        f.spec.clone()
+    }
+    fn dim(&self) -> Option<usize> {
+        Some(self.dim)
+    }
+    fn with_dim(&self, dim: usize) -> Self {
+        GaussianSketchSpec { dim: dim + dim % 2, ..self.clone() }
+    }
+    fn kernel(f: &GaussianFitted) -> Kernel {
+        Kernel::Gaussian { sigma: f.sigma }
+    }
+    fn build(f: &GaussianFitted, d: usize, rng: &mut StageRng) -> Box<dyn Sketch> {
+        let t = f.truncation;
+        Box::new(GaussianSketch {
+            pre: preprocess(&f.spec.center, f.sigma),
+            s: t,
+            tree: RecursiveTensorSketch::draw(t, d, f.spec.dim, rng),
+        })
+    }
+    fn restore(f: &GaussianFitted, d: usize, p: &Params) -> PResult<Box<dyn Sketch>> {
+        if f.spec.center.len() != d {
+            return Err(format!("the Gaussian sketch's centre has {} entries for d = {d}", f.spec.center.len()));
+        }
+        let t = f.truncation;
+        Ok(Box::new(GaussianSketch {
+            pre: preprocess(&f.spec.center, f.sigma),
+            s: t,
+            tree: tree_from(p, "", t, d, f.spec.dim)?,
+        }))
+    }
+}
+
+/// `kind = "gaussian_sketch_hd"`: `exp(−‖x−y‖²/(2σ²))` by one recursive tensor sketch per
+/// degree of the series in `⟨x, y⟩` (for high `d`, math.md §9).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GaussianSketchHdSpec {
+    /// Bandwidth σ; default: the median pairwise distance of the pre-pass sample.
+    #[serde(default)]
+    pub sigma: Option<f64>,
+    /// Degrees `s`; default: the smallest making the truncation bound ≤ 1e-6.
+    #[serde(default)]
+    pub truncation: Option<usize>,
+    /// Total output dimension `Σ m_j`, split over the degrees.
+    #[serde(default = "defaults::dim")]
+    pub dim: usize,
+    /// Centre `c`; default: the pre-pass sample mean.
+    #[serde(default)]
+    pub center: Vec<f64>,
+    /// Block sizes `m_1 … m_{s−1}`; default: from the radius of the sample (math.md §9).
+    #[serde(default)]
+    pub blocks: Vec<usize>,
+    /// Degree 1 exact (set by the fit when its share reaches `d`).
+    #[serde(default)]
+    pub identity_block: bool,
+    /// Input row normalisation.
+    #[serde(default)]
+    pub normalize: Normalize,
+    /// Weight of the stage in a concatenation.
+    #[serde(default = "defaults::weight")]
+    pub weight: f64,
+}
+
+/// A Gaussian HD sketch with σ, centre and block sizes settled.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GaussianHdFitted {
+    /// The spec, every fitted key set.
+    pub spec: GaussianSketchHdSpec,
+    /// σ.
+    pub sigma: f64,
+}
+
+impl GaussianHdFitted {
+    fn blocks(&self, mut tree: impl FnMut(usize, usize) -> PResult<RecursiveTensorSketch>) -> PResult<Vec<HdBlock>> {
+        let s = &self.spec;
+        s.blocks
+            .iter()
+            .enumerate()
+            .map(
+                |(j, &m)| {
+                    if j == 0 && s.identity_block {
+                        Ok(HdBlock::Identity)
+                    } else {
+                        tree(j, m).map(HdBlock::Tree)
+                    }
+                },
+            )
+            .collect()
+    }
+}
+
+impl Family for GaussianSketchHdSpec {
+    type Fitted = GaussianHdFitted;
+
+    fn common(&self) -> (Normalize, f64) {
+        (self.normalize, self.weight)
+    }
+    fn check(&self, d: Option<usize>) -> Checked {
+        weight(self.weight)?;
+        gaussian(self.sigma, self.truncation, &self.center, d)?;
+        if self.truncation == Some(1) {
+            return fail("truncation", "must be ≥ 2: the HD sketch needs at least the degree-1 block");
+        }
+        dim("dim", self.dim, 2)?;
+        if let Some(j) = self.blocks.iter().position(|&b| b == 0) {
+            return fail("blocks", format!("entry {j} is 0; every block size must be ≥ 1"));
+        }
+        if let Some(t) = self.truncation {
+            if !self.blocks.is_empty() && self.blocks.len() + 1 != t {
+                return fail("blocks", format!("needs {} sizes (degrees 1..s−1) for truncation = {t}", t - 1));
+            }
+        }
+        match d {
+            Some(d) if self.identity_block && self.blocks.first().is_some_and(|&m| m != d) => {
+                fail("blocks", format!("entry 0 must be d = {d} with identity_block = true"))
+            }
+            _ => Ok(()),
+        }
+    }
+    fn fitted(&self) -> Option<GaussianHdFitted> {
+        match self.sigma {
+            Some(sigma) if self.truncation.is_some() && !self.center.is_empty() && !self.blocks.is_empty() => {
+                Some(GaussianHdFitted { spec: self.clone(), sigma })
+            }
+            _ => None,
+        }
+    }
+    /// The centre and σ, the truncation from the rows' radius (at least the degree-1
+    /// block: with a truncation of 1, rows that barely spread would leave no block at
+    /// all) and the block sizes of math.md §9.
+    fn fit(&self, sample: &Sample) -> GaussianHdFitted {
+        let (n, d) = (sample.n, sample.d);
+        let (center, sigma) = fit_common(sample, &self.center, self.sigma);
+        let scale = (1.0 / (2.0 * sigma * sigma)).sqrt();
+        let r = 1.1
+            * (0..n)
+                .map(|i| {
+                    (0..d).map(|j| (scale * (f64::from(sample.x[i * d + j]) - center[j])).powi(2)).sum::<f64>().sqrt()
+                })
+                .fold(0.0, f64::max);
+        let t = self.truncation.unwrap_or_else(|| truncation(2.0 * r * r, 1.0, 1e-6, MAX_TRUNCATION)).max(2);
+        let (blocks, identity_block) = if self.blocks.is_empty() {
+            hd_block_sizes(self.dim, t, r, d)
+        } else {
+            (self.blocks.clone(), self.identity_block)
+        };
+        let spec = GaussianSketchHdSpec {
+            sigma: Some(sigma),
+            truncation: Some(t),
+            center,
+            blocks,
+            identity_block,
+            ..self.clone()
+        };
+        GaussianHdFitted { spec, sigma }
+    }
+    fn settled(f: &GaussianHdFitted) -> Self {
+        f.spec.clone()
+    }
+    fn dim(&self) -> Option<usize> {
+        Some(self.dim)
+    }
+    /// Block sizes are refitted for the new total.
+    fn with_dim(&self, dim: usize) -> Self {
+        GaussianSketchHdSpec { dim: dim.max(2), blocks: Vec::new(), identity_block: false, ..self.clone() }
+    }
+    fn kernel(f: &GaussianHdFitted) -> Kernel {
+        Kernel::Gaussian { sigma: f.sigma }
+    }
+    #[allow(clippy::expect_used)] // Invariant: drawing a tree cannot fail.
+    fn build(f: &GaussianHdFitted, d: usize, rng: &mut StageRng) -> Box<dyn Sketch> {
+        let blocks = f.blocks(|j, m| Ok(RecursiveTensorSketch::draw(d, j + 1, m, rng))).expect("drawing cannot fail");
+        Box::new(GaussianSketchHd { pre: preprocess(&f.spec.center, f.sigma), blocks })
+    }
+    /// From the arrays `b{j}_…` of each tree block.
+    fn restore(f: &GaussianHdFitted, d: usize, p: &Params) -> PResult<Box<dyn Sketch>> {
+        if f.spec.center.len() != d {
+            return Err(format!("the Gaussian sketch's centre has {} entries for d = {d}", f.spec.center.len()));
+        }
+        let blocks = f.blocks(|j, m| tree_from(p, &format!("b{}_", j + 1), d, j + 1, m))?;
+        Ok(Box::new(GaussianSketchHd { pre: preprocess(&f.spec.center, f.sigma), blocks }))
+    }
+}
+
+impl Sketch for GaussianSketch {
+    fn params(&self) -> Vec<ParamArray> {
+        tree_params("", &self.tree)
+    }
+}
+
+impl Sketch for GaussianSketchHd {
+    fn params(&self) -> Vec<ParamArray> {
+        self.blocks
+            .iter()
+            .enumerate()
+            .flat_map(|(j, b)| match b {
+                HdBlock::Tree(t) => tree_params(&format!("b{}_", j + 1), t),
+                HdBlock::Identity => Vec::new(),
+            })
+            .collect()
+    }
 }

@@ -2,7 +2,10 @@
 //! the subsampled randomized Hadamard transform (Tropp 2011; math.md §5):
 //! `G(z)_k = E^{-1/2} (H_{D'} diag(ζ) pad₂(z))_{r_k}`, rows drawn without replacement.
 
-use super::FeatureMap;
+use serde::{Deserialize, Serialize};
+
+use super::params::{PResult, ParamArray, Params};
+use super::{FeatureMap, Sketch};
 use crate::rng::StageRng;
 
 /// In-place FWHT of a power-of-two-length slice: pairs `(a, b) ↦ (a + b, a − b)` for
@@ -136,6 +139,55 @@ impl FeatureMap for GaussianProjection {
         let b = ndarray::ArrayView2::from_shape((self.d_in, self.e), &self.at).expect("shape");
         let mut c = ndarray::ArrayViewMut2::from_shape((rows, self.e), &mut out[..rows * self.e]).expect("shape");
         ndarray::linalg::general_mat_mul(1.0, &a, &b, 0.0, &mut c);
+    }
+}
+
+impl Sketch for Srht {
+    fn params(&self) -> Vec<ParamArray> {
+        vec![
+            ParamArray::i8("zeta", vec![self.zeta.len()], self.zeta.clone()),
+            ParamArray::u32("rows", vec![self.rows.len()], self.rows.clone()),
+        ]
+    }
+}
+
+impl Sketch for GaussianProjection {
+    fn params(&self) -> Vec<ParamArray> {
+        vec![ParamArray::f32("matrix", vec![self.d_in, self.e], self.at.clone())]
+    }
+}
+
+/// An oblivious linear down-projection `R^D → R^E`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DownKind {
+    /// Subsampled randomized Hadamard transform.
+    #[default]
+    Srht,
+    /// Dense Gaussian map (the reference).
+    Gaussian,
+}
+
+impl DownKind {
+    /// Draws the projection from `d_in` to `e` (an SRHT to at most the next power of two).
+    pub fn draw(self, d_in: usize, e: usize, rng: &mut StageRng) -> Box<dyn Sketch> {
+        match self {
+            DownKind::Srht => Box::new(Srht::draw(d_in, e.min(next_pow2(d_in)), rng)),
+            DownKind::Gaussian => Box::new(GaussianProjection::draw(d_in, e, rng)),
+        }
+    }
+
+    /// Rebuilds the projection from `d_in` to `e` from its stored arrays.
+    pub(crate) fn restore(self, d_in: usize, e: usize, p: &Params) -> PResult<Box<dyn Sketch>> {
+        Ok(match self {
+            DownKind::Srht => {
+                let rows = p.shape("rows")?.first().copied().unwrap_or(0);
+                let srht = Srht { d_in, zeta: p.i8("zeta", &[next_pow2(d_in)])?, rows: p.u32("rows", &[rows])? };
+                srht.validate().map_err(|e| e.to_string())?;
+                Box::new(srht)
+            }
+            DownKind::Gaussian => Box::new(GaussianProjection { at: p.f32("matrix", &[d_in, e])?, d_in, e }),
+        })
     }
 }
 

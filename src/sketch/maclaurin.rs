@@ -5,8 +5,12 @@
 //! Dense path: all Rademacher vectors form one `d × ΣN_i` sign matrix, so a chunk's
 //! projections are one f32 GEMM; each feature is then a product of its columns.
 
+use serde::{Deserialize, Serialize};
+
+use super::family::{defaults, dim, eta, poly, weight, Checked, Family};
 use super::hadamard::{fwht, next_pow2};
-use super::FeatureMap;
+use super::params::{PResult, ParamArray, Params};
+use super::{FeatureMap, Kernel, Normalize, Sketch};
 use crate::rng::StageRng;
 
 /// A dot-product kernel with non-negative Maclaurin coefficients.
@@ -303,5 +307,161 @@ impl FeatureMap for RandomMaclaurin {
                 }
             }
         }
+    }
+}
+
+/// Which dot-product kernel a Maclaurin map approximates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DotKind {
+    /// `(γ⟨x,y⟩ + c)^p`.
+    #[default]
+    Polynomial,
+    /// `exp(γ⟨x,y⟩)`.
+    Exponential,
+}
+
+/// The kernel of `kind` with its parameters.
+pub(crate) fn dot_kernel(kind: DotKind, degree: u32, gamma: f64, offset: f64) -> DotKernel {
+    match kind {
+        DotKind::Polynomial => DotKernel::Polynomial { degree, gamma, offset },
+        DotKind::Exponential => DotKernel::Exponential { gamma },
+    }
+}
+
+/// `kind = "random_maclaurin"`: a dot-product kernel by random Maclaurin features.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RandomMaclaurinSpec {
+    /// Polynomial or exponential.
+    #[serde(default)]
+    pub kernel: DotKind,
+    /// Degree `p ≥ 1` (polynomial).
+    #[serde(default = "defaults::degree")]
+    pub degree: u32,
+    /// Scale `γ > 0`.
+    #[serde(default = "defaults::gamma")]
+    pub gamma: f64,
+    /// Offset `c ≥ 0` (polynomial).
+    #[serde(default)]
+    pub offset: f64,
+    /// Output dimension `D`.
+    #[serde(default = "defaults::dim")]
+    pub dim: usize,
+    /// Order base `η > 1`.
+    #[serde(default = "defaults::eta")]
+    pub eta: f64,
+    /// Keep the constant and linear terms exact (where allowed).
+    #[serde(default = "defaults::yes")]
+    pub h01: bool,
+    /// Hadamard-structured projections instead of dense Rademacher vectors.
+    #[serde(default)]
+    pub hadamard: bool,
+    /// Input row normalisation.
+    #[serde(default)]
+    pub normalize: Normalize,
+    /// Weight of the stage in a concatenation.
+    #[serde(default = "defaults::weight")]
+    pub weight: f64,
+}
+
+impl RandomMaclaurinSpec {
+    fn dot(&self) -> DotKernel {
+        dot_kernel(self.kernel, self.degree, self.gamma, self.offset)
+    }
+}
+
+impl Family for RandomMaclaurinSpec {
+    type Fitted = RandomMaclaurinSpec;
+
+    fn common(&self) -> (Normalize, f64) {
+        (self.normalize, self.weight)
+    }
+    fn check(&self, _d: Option<usize>) -> Checked {
+        weight(self.weight)?;
+        poly(self.degree, self.gamma, self.offset)?;
+        eta(self.eta)?;
+        dim("dim", self.dim, 1)
+    }
+    fn fitted(&self) -> Option<Self> {
+        Some(self.clone())
+    }
+    fn fit(&self, _sample: &super::Sample) -> Self {
+        self.clone()
+    }
+    fn settled(fitted: &Self) -> Self {
+        fitted.clone()
+    }
+    fn dim(&self) -> Option<usize> {
+        Some(self.dim)
+    }
+    fn with_dim(&self, dim: usize) -> Self {
+        RandomMaclaurinSpec { dim, ..self.clone() }
+    }
+    fn kernel(s: &Self) -> Kernel {
+        Kernel::Dot(s.dot())
+    }
+    fn build(s: &Self, d: usize, rng: &mut StageRng) -> Box<dyn Sketch> {
+        Box::new(RandomMaclaurin::draw(s.dot(), d, s.dim, s.eta, s.h01, s.hadamard, rng))
+    }
+    fn restore(s: &Self, d: usize, p: &Params) -> PResult<Box<dyn Sketch>> {
+        Ok(Box::new(RandomMaclaurin::restore(s.dot(), d, s.dim, s.eta, s.h01, s.hadamard, p)?))
+    }
+}
+
+impl RandomMaclaurin {
+    /// Rebuilds a map from stored `orders` and `signs` (or `zeta` and `perm`).
+    pub(crate) fn restore(
+        kernel: DotKernel,
+        d: usize,
+        dim: usize,
+        eta: f64,
+        h01: bool,
+        hadamard: bool,
+        p: &Params,
+    ) -> PResult<Self> {
+        let h01 = h01 && dim > d + 1 && kernel.coef(0) + kernel.coef(1) > 0.0;
+        let n_rand = p.shape("orders")?.first().copied().unwrap_or(0);
+        let orders = p.u32("orders", &[n_rand])?;
+        let n_min = if h01 { 2 } else { 0 };
+        if orders.iter().any(|&n| n < n_min || kernel.coef(n) <= 0.0) {
+            return Err("orders outside the kernel's support".into());
+        }
+        let total: usize = orders.iter().map(|&n| n as usize).sum();
+        let proj = if hadamard {
+            let zs = p.shape("zeta")?;
+            let d_pad = next_pow2(d);
+            let t = zs.first().copied().unwrap_or(0);
+            let zeta = p.i8("zeta", &[t, d_pad])?;
+            let perm = p.u32("perm", &[t * d_pad])?;
+            let mut seen = vec![false; t * d_pad];
+            if t * d_pad < total
+                || perm.iter().any(|&k| k as usize >= seen.len() || std::mem::replace(&mut seen[k as usize], true))
+            {
+                return Err("perm must be a permutation of the slots".into());
+            }
+            Projections::Hadamard { d_pad, zeta, perm }
+        } else {
+            Projections::Dense { signs: p.i8("signs", &[d, total])?.into_iter().map(f32::from).collect() }
+        };
+        Ok(RandomMaclaurin::from_parts(kernel, d, h01, orders, proj, eta))
+    }
+}
+
+impl Sketch for RandomMaclaurin {
+    fn params(&self) -> Vec<ParamArray> {
+        let mut v = vec![ParamArray::u32("orders", vec![self.orders.len()], self.orders.clone())];
+        match &self.proj {
+            Projections::Dense { signs } => v.push(ParamArray::i8(
+                "signs",
+                vec![self.d, self.total_order()],
+                signs.iter().map(|&s| if s > 0.0 { 1 } else { -1 }).collect(),
+            )),
+            Projections::Hadamard { d_pad, zeta, perm } => {
+                v.push(ParamArray::i8("zeta", vec![zeta.len() / d_pad, *d_pad], zeta.clone()));
+                v.push(ParamArray::u32("perm", vec![perm.len()], perm.clone()));
+            }
+        }
+        v
     }
 }

@@ -8,8 +8,12 @@ use std::sync::Arc;
 use realfft::num_complex::Complex32;
 use realfft::{ComplexToReal, RealFftPlanner, RealToComplex};
 
+use serde::{Deserialize, Serialize};
+
 use super::count::CountSketch;
-use super::FeatureMap;
+use super::family::{defaults, even_dim, poly, weight, Checked, Family};
+use super::params::{count_sketch_params, tree_from, PResult, ParamArray, Params};
+use super::{DotKernel, FeatureMap, Kernel, Normalize, Sketch};
 use crate::rng::StageRng;
 
 /// The tree of one recursive tensor sketch `R^{n^k} → R^m`.
@@ -172,5 +176,81 @@ impl FeatureMap for RecursivePoly {
             let xr: &[f32] = &xp;
             self.tree.sketch(|_| xr, &mut s, &mut out[r * m..(r + 1) * m]);
         }
+    }
+}
+
+/// `kind = "recursive_tensor_sketch"`: the polynomial kernel through the tree of degree-2 sketches.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecursiveSpec {
+    /// Degree `p ≥ 1`.
+    #[serde(default = "defaults::degree")]
+    pub degree: u32,
+    /// Scale `γ > 0`.
+    #[serde(default = "defaults::gamma")]
+    pub gamma: f64,
+    /// Offset `c ≥ 0`.
+    #[serde(default)]
+    pub offset: f64,
+    /// Output dimension `m` (even).
+    #[serde(default = "defaults::dim")]
+    pub dim: usize,
+    /// Input row normalisation.
+    #[serde(default)]
+    pub normalize: Normalize,
+    /// Weight of the stage in a concatenation.
+    #[serde(default = "defaults::weight")]
+    pub weight: f64,
+}
+
+impl Family for RecursiveSpec {
+    type Fitted = RecursiveSpec;
+
+    fn common(&self) -> (Normalize, f64) {
+        (self.normalize, self.weight)
+    }
+    fn check(&self, _d: Option<usize>) -> Checked {
+        weight(self.weight)?;
+        poly(self.degree, self.gamma, self.offset)?;
+        even_dim(self.dim)
+    }
+    fn fitted(&self) -> Option<Self> {
+        Some(self.clone())
+    }
+    fn fit(&self, _sample: &super::Sample) -> Self {
+        self.clone()
+    }
+    fn settled(fitted: &Self) -> Self {
+        fitted.clone()
+    }
+    fn dim(&self) -> Option<usize> {
+        Some(self.dim)
+    }
+    fn with_dim(&self, dim: usize) -> Self {
+        RecursiveSpec { dim: dim + dim % 2, ..self.clone() }
+    }
+    fn kernel(s: &Self) -> Kernel {
+        Kernel::Dot(DotKernel::Polynomial { degree: s.degree, gamma: s.gamma, offset: s.offset })
+    }
+    fn build(s: &Self, d: usize, rng: &mut StageRng) -> Box<dyn Sketch> {
+        let n = d + usize::from(s.offset > 0.0);
+        let tree = RecursiveTensorSketch::draw(n, s.degree as usize, s.dim, rng);
+        Box::new(RecursivePoly { tree, d, gamma: s.gamma, offset: s.offset })
+    }
+    fn restore(s: &Self, d: usize, p: &Params) -> PResult<Box<dyn Sketch>> {
+        let n = d + usize::from(s.offset > 0.0);
+        let tree = tree_from(p, "", n, s.degree as usize, s.dim)?;
+        Ok(Box::new(RecursivePoly { tree, d, gamma: s.gamma, offset: s.offset }))
+    }
+}
+
+impl Sketch for RecursivePoly {
+    fn params(&self) -> Vec<ParamArray> {
+        // Node arrays are written even when empty (degree 1), as model files always had them.
+        let t = &self.tree;
+        let mut v = count_sketch_params("leaf_hash", "leaf_sign", &t.leaves);
+        let nodes: Vec<CountSketch> = t.nodes.iter().flatten().flat_map(|(a, b)| [a.clone(), b.clone()]).collect();
+        v.extend(count_sketch_params("node_hash", "node_sign", &nodes));
+        v
     }
 }

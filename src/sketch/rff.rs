@@ -5,7 +5,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::FeatureMap;
+use super::family::{defaults, fail, positive_opt, rff_dim, weight, Checked, Family, Sample};
+use super::params::{PResult, ParamArray, Params};
+use super::{FeatureMap, Kernel, Normalize, Sketch};
 use crate::rng::StageRng;
 
 /// The shift-invariant kernel.
@@ -120,5 +122,125 @@ impl FeatureMap for Rff {
                 }
             }
         }
+    }
+}
+
+/// `kind = "rff"`: random Fourier features for a shift-invariant kernel.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RffSpec {
+    /// Gaussian or Laplacian.
+    #[serde(default)]
+    pub kernel: ShiftKernel,
+    /// `cos_sin` or `cos`.
+    #[serde(default)]
+    pub variant: RffVariant,
+    /// Output dimension `D` (even for `cos_sin`).
+    #[serde(default = "defaults::dim")]
+    pub dim: usize,
+    /// Bandwidth σ; default: the median pairwise distance (L2, or L1 for the Laplacian)
+    /// of the pre-pass sample.
+    #[serde(default)]
+    pub sigma: Option<f64>,
+    /// Gaussian only: `γ = 1/(2σ²)`, instead of `sigma`.
+    #[serde(default)]
+    pub gamma: Option<f64>,
+    /// Input row normalisation.
+    #[serde(default)]
+    pub normalize: Normalize,
+    /// Weight of the stage in a concatenation.
+    #[serde(default = "defaults::weight")]
+    pub weight: f64,
+}
+
+impl RffSpec {
+    /// σ as given or fitted (`None` until fitted).
+    pub fn bandwidth(&self) -> Option<f64> {
+        self.sigma.or(self.gamma.map(|g| (1.0 / (2.0 * g)).sqrt()))
+    }
+}
+
+/// An RFF stage with its bandwidth settled.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RffFitted {
+    /// The spec, `sigma` or `gamma` set.
+    pub spec: RffSpec,
+    /// σ.
+    pub sigma: f64,
+}
+
+impl Family for RffSpec {
+    type Fitted = RffFitted;
+
+    fn common(&self) -> (Normalize, f64) {
+        (self.normalize, self.weight)
+    }
+    fn check(&self, _d: Option<usize>) -> Checked {
+        weight(self.weight)?;
+        rff_dim(self.variant, self.dim)?;
+        if self.sigma.is_some() && self.gamma.is_some() {
+            return fail("gamma", "give either sigma or gamma, not both");
+        }
+        if self.gamma.is_some() && self.kernel == ShiftKernel::Laplacian {
+            return fail("gamma", "the Laplacian kernel takes sigma");
+        }
+        positive_opt("sigma", self.sigma)?;
+        positive_opt("gamma", self.gamma)
+    }
+    fn fitted(&self) -> Option<RffFitted> {
+        self.bandwidth().map(|sigma| RffFitted { spec: self.clone(), sigma })
+    }
+    /// σ: the median distance over the sample's pairs.
+    fn fit(&self, sample: &Sample) -> RffFitted {
+        let sigma = sample.median_distance(self.kernel == ShiftKernel::Laplacian);
+        RffFitted { spec: RffSpec { sigma: Some(sigma), ..self.clone() }, sigma }
+    }
+    fn settled(f: &RffFitted) -> Self {
+        f.spec.clone()
+    }
+    fn dim(&self) -> Option<usize> {
+        Some(self.dim)
+    }
+    fn with_dim(&self, dim: usize) -> Self {
+        RffSpec { dim: dim + dim % 2, ..self.clone() }
+    }
+    fn kernel(f: &RffFitted) -> Kernel {
+        match f.spec.kernel {
+            ShiftKernel::Gaussian => Kernel::Gaussian { sigma: f.sigma },
+            ShiftKernel::Laplacian => Kernel::Laplacian { sigma: f.sigma },
+        }
+    }
+    fn build(f: &RffFitted, d: usize, rng: &mut StageRng) -> Box<dyn Sketch> {
+        Box::new(Rff::draw(f.spec.kernel, f.sigma, f.spec.variant, d, f.spec.dim, rng))
+    }
+    fn restore(f: &RffFitted, d: usize, p: &Params) -> PResult<Box<dyn Sketch>> {
+        Ok(Box::new(Rff::restore(p, f.spec.variant, d, f.spec.dim)?))
+    }
+}
+
+impl Rff {
+    /// Rebuilds a map from the arrays `wt` and (the `cos` layout) `phase`.
+    pub(crate) fn restore(p: &Params, variant: RffVariant, d: usize, dim: usize) -> PResult<Rff> {
+        let f = Rff::frequencies(variant, dim);
+        let wt = p.f32("wt", &[d, f])?;
+        let phase = match variant {
+            RffVariant::Cos => p.f32("phase", &[f])?,
+            RffVariant::CosSin => Vec::new(),
+        };
+        if wt.iter().chain(&phase).any(|v| !v.is_finite()) {
+            return Err("RFF parameters must be finite".into());
+        }
+        Ok(Rff { d, wt, phase, variant })
+    }
+}
+
+impl Sketch for Rff {
+    fn params(&self) -> Vec<ParamArray> {
+        let f = self.wt.len() / self.d.max(1);
+        let mut v = vec![ParamArray::f32("wt", vec![self.d, f], self.wt.clone())];
+        if !self.phase.is_empty() {
+            v.push(ParamArray::f32("phase", vec![f], self.phase.clone()));
+        }
+        v
     }
 }

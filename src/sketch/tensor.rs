@@ -10,8 +10,12 @@ use std::sync::Arc;
 use realfft::num_complex::Complex32;
 use realfft::{ComplexToReal, RealFftPlanner, RealToComplex};
 
+use serde::{Deserialize, Serialize};
+
 use super::count::CountSketch;
-use super::FeatureMap;
+use super::family::{defaults, dim, poly, weight, Checked, Family};
+use super::params::{count_sketch_params, PResult, ParamArray, Params};
+use super::{DotKernel, FeatureMap, Kernel, Normalize, Sketch};
 use crate::rng::StageRng;
 
 /// The kernel parameters of a tensor sketch.
@@ -142,5 +146,88 @@ impl FeatureMap for TensorSketch {
                 *v *= inv_dim;
             }
         }
+    }
+}
+
+/// `kind = "tensor_sketch"`: the polynomial kernel `(γ⟨x,y⟩ + c)^p`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TensorSketchSpec {
+    /// Degree `p ≥ 1`.
+    #[serde(default = "defaults::degree")]
+    pub degree: u32,
+    /// Scale `γ > 0`.
+    #[serde(default = "defaults::gamma")]
+    pub gamma: f64,
+    /// Offset `c ≥ 0`.
+    #[serde(default)]
+    pub offset: f64,
+    /// Output dimension `D ≥ 2`.
+    #[serde(default = "defaults::dim")]
+    pub dim: usize,
+    /// Input row normalisation.
+    #[serde(default)]
+    pub normalize: Normalize,
+    /// Weight of the stage in a concatenation.
+    #[serde(default = "defaults::weight")]
+    pub weight: f64,
+}
+
+impl TensorSketchSpec {
+    fn poly(&self) -> PolyKernel {
+        PolyKernel { degree: self.degree, gamma: self.gamma, offset: self.offset }
+    }
+}
+
+impl Family for TensorSketchSpec {
+    type Fitted = TensorSketchSpec;
+
+    fn common(&self) -> (Normalize, f64) {
+        (self.normalize, self.weight)
+    }
+    fn check(&self, _d: Option<usize>) -> Checked {
+        weight(self.weight)?;
+        poly(self.degree, self.gamma, self.offset)?;
+        dim("dim", self.dim, 2)
+    }
+    fn fitted(&self) -> Option<Self> {
+        Some(self.clone())
+    }
+    fn fit(&self, _sample: &super::Sample) -> Self {
+        self.clone()
+    }
+    fn settled(fitted: &Self) -> Self {
+        fitted.clone()
+    }
+    fn dim(&self) -> Option<usize> {
+        Some(self.dim)
+    }
+    fn with_dim(&self, dim: usize) -> Self {
+        TensorSketchSpec { dim, ..self.clone() }
+    }
+    fn kernel(s: &Self) -> Kernel {
+        Kernel::Dot(DotKernel::Polynomial { degree: s.degree, gamma: s.gamma, offset: s.offset })
+    }
+    fn build(s: &Self, d: usize, rng: &mut StageRng) -> Box<dyn Sketch> {
+        Box::new(TensorSketch::draw(s.poly(), d, s.dim, rng))
+    }
+    fn restore(s: &Self, d: usize, p: &Params) -> PResult<Box<dyn Sketch>> {
+        Ok(Box::new(TensorSketch::restore(s.poly(), d, s.dim, p, "")?))
+    }
+}
+
+impl TensorSketch {
+    /// Rebuilds a tensor sketch from the arrays `{prefix}hash` and `{prefix}sign`.
+    pub(crate) fn restore(kernel: PolyKernel, d: usize, dim: usize, p: &Params, prefix: &str) -> PResult<Self> {
+        let dp = d + usize::from(kernel.offset > 0.0);
+        let sketches =
+            p.count_sketches(&format!("{prefix}hash"), &format!("{prefix}sign"), kernel.degree as usize, dp, dim)?;
+        Ok(TensorSketch::from_sketches(kernel, d, dim, sketches))
+    }
+}
+
+impl Sketch for TensorSketch {
+    fn params(&self) -> Vec<ParamArray> {
+        count_sketch_params("hash", "sign", self.sketches())
     }
 }

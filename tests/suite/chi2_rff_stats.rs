@@ -339,7 +339,8 @@ fn rff_error_falls_like_one_over_d() {
 
 #[test]
 fn exp_chi2_chain_is_unbiased_for_its_target() {
-    use sketchfit::sketch::chi2::{Chi2Series, ExpChi2};
+    use sketchfit::sketch::chi2::Chi2Series;
+    use sketchfit::sketch::exp_chi2::ExpChi2;
     let s = 4000u64;
     let x = [0.5f32, 0.25, 0.0, 0.25];
     let y = [0.1f32, 0.3, 0.4, 0.2];

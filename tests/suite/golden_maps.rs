@@ -216,8 +216,9 @@ fn recursive_tensor_sketch_tree_matches_golden() {
 }
 
 use sketchfit::sketch::chi2::{
-    chebyshev_coefficients, fit_k, k0, series_error, series_terms, Chi2Chebyshev, Chi2Series, ExpChi2,
+    chebyshev_coefficients, fit_k, k0, series_error, series_terms, Chi2Chebyshev, Chi2Series,
 };
+use sketchfit::sketch::exp_chi2::ExpChi2;
 use sketchfit::sketch::rff::{Rff, RffVariant};
 
 fn close64(got: &[f64], exp: &[f64], tol: f64, what: &str) {

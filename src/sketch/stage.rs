@@ -1,0 +1,179 @@
+//! Built stages and their concatenation: the per-row input normalisation, a stage
+//! (spec and map), and the feature pipeline `z = [w_1 φ_1; …; w_l φ_l]` that maps
+//! whole chunks on worker threads.
+
+use serde::{Deserialize, Serialize};
+
+use super::{build_map, map_from_params, ParamArray, Sketch, StageSpec};
+use crate::error::Result;
+use crate::rng::StageRng;
+
+/// Per-row normalisation applied to a stage's input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Normalize {
+    /// Rows as they are.
+    #[default]
+    None,
+    /// Rows divided by their L1 norm (all-zero rows stay zero).
+    L1,
+    /// Rows divided by their L2 norm (all-zero rows stay zero).
+    L2,
+}
+
+impl Normalize {
+    /// Normalises each row of `x` (`d` columns) in place.
+    pub fn apply(self, x: &mut [f32], d: usize) {
+        if self == Normalize::None || d == 0 {
+            return;
+        }
+        for row in x.chunks_exact_mut(d) {
+            let norm: f64 = match self {
+                Normalize::L1 => row.iter().map(|&v| f64::from(v).abs()).sum(),
+                Normalize::L2 => row.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>().sqrt(),
+                Normalize::None => 1.0,
+            };
+            if norm > 0.0 {
+                let inv = (1.0 / norm) as f32;
+                row.iter_mut().for_each(|v| *v *= inv);
+            }
+        }
+    }
+}
+
+/// One built stage: spec and map.
+#[derive(Debug)]
+pub struct Stage {
+    /// The spec it was built from.
+    pub spec: StageSpec,
+    /// The map with its random parameters.
+    pub map: Box<dyn Sketch>,
+}
+
+impl Stage {
+    /// Builds stage number `index` for inputs of dimension `d`, drawing its
+    /// parameters from the stream `(seed, index)`.
+    pub fn build(spec: &StageSpec, d: usize, seed: u64, index: usize) -> Result<Stage> {
+        let mut rng = StageRng::new(seed, index as u64);
+        Ok(Stage { spec: spec.clone(), map: build_map(spec, d, &mut rng)? })
+    }
+
+    /// The stage's random parameters as arrays.
+    pub fn params(&self) -> Vec<ParamArray> {
+        self.map.params()
+    }
+
+    /// Rebuilds a stage from its spec and stored arrays.
+    pub fn from_params(
+        spec: &StageSpec,
+        d: usize,
+        params: &[ParamArray],
+    ) -> std::result::Result<Stage, crate::container::ContainerError> {
+        Ok(Stage { spec: spec.clone(), map: map_from_params(spec, d, params)? })
+    }
+
+    /// Output dimension.
+    pub fn output_dim(&self) -> usize {
+        self.map.output_dim()
+    }
+}
+
+/// The concatenation `z = [w_1 φ_1; …; w_l φ_l]` of a pipeline's stages (math.md §11).
+#[derive(Debug)]
+pub struct FeaturePipeline {
+    stages: Vec<Stage>,
+    d: usize,
+}
+
+impl FeaturePipeline {
+    /// Builds every stage for inputs of dimension `d`.
+    pub fn build(specs: &[StageSpec], d: usize, seed: u64) -> Result<Self> {
+        let stages = specs.iter().enumerate().map(|(i, s)| Stage::build(s, d, seed, i)).collect::<Result<_>>()?;
+        Ok(FeaturePipeline { stages, d })
+    }
+
+    /// Wraps already built stages.
+    pub fn from_stages(stages: Vec<Stage>, d: usize) -> Self {
+        FeaturePipeline { stages, d }
+    }
+
+    /// The stages.
+    pub fn stages(&self) -> &[Stage] {
+        &self.stages
+    }
+
+    /// Input dimension.
+    pub fn input_dim(&self) -> usize {
+        self.d
+    }
+
+    /// Total output dimension `Σ D_i`.
+    pub fn output_dim(&self) -> usize {
+        self.stages.iter().map(Stage::output_dim).sum()
+    }
+
+    /// The first negative input (row, column) of a stage that needs non-negative inputs.
+    pub fn first_negative(&self, x: &[f32], rows: usize) -> Option<(usize, usize, f32)> {
+        if !self.stages.iter().any(|s| s.spec.needs_nonnegative()) {
+            return None;
+        }
+        let d = self.d;
+        x[..rows * d].iter().position(|&v| v < 0.0).map(|p| (p / d, p % d, x[p]))
+    }
+
+    /// Maps a chunk on up to `threads` threads (contiguous row blocks, so the result
+    /// does not depend on the thread count).
+    pub fn map_chunk(&self, x: &[f32], rows: usize, out: &mut [f32], threads: usize) {
+        let (d, dz) = (self.d, self.output_dim());
+        assert!(x.len() >= rows * d && out.len() >= rows * dz, "chunk buffers too small");
+        let threads = threads.clamp(1, rows.max(1));
+        // Small chunks are not worth a thread.
+        if threads == 1 || rows * dz < 1 << 16 {
+            self.map_block(&x[..rows * d], rows, &mut out[..rows * dz]);
+            return;
+        }
+        let per = rows.div_ceil(threads);
+        std::thread::scope(|scope| {
+            for (xb, ob) in x[..rows * d].chunks(per * d).zip(out[..rows * dz].chunks_mut(per * dz)) {
+                let n = ob.len() / dz;
+                scope.spawn(move || self.map_block(xb, n, ob));
+            }
+        });
+    }
+
+    fn map_block(&self, x: &[f32], rows: usize, out: &mut [f32]) {
+        let (d, dz) = (self.d, self.output_dim());
+        let mut normed: Vec<f32> = Vec::new();
+        let mut tmp: Vec<f32> = Vec::new();
+        let mut col = 0;
+        for stage in &self.stages {
+            let map = &stage.map;
+            let ds = map.output_dim();
+            let input: &[f32] = if stage.spec.normalize() == Normalize::None {
+                x
+            } else {
+                normed.clear();
+                normed.extend_from_slice(x);
+                stage.spec.normalize().apply(&mut normed, d);
+                &normed
+            };
+            let w = stage.spec.weight() as f32;
+            if self.stages.len() == 1 {
+                map.map(input, rows, out);
+                if w != 1.0 {
+                    out.iter_mut().for_each(|v| *v *= w);
+                }
+            } else {
+                tmp.resize(rows * ds, 0.0);
+                map.map(input, rows, &mut tmp);
+                for r in 0..rows {
+                    let dst = &mut out[r * dz + col..r * dz + col + ds];
+                    for (o, &v) in dst.iter_mut().zip(&tmp[r * ds..(r + 1) * ds]) {
+                        *o = v * w;
+                    }
+                }
+            }
+            col += ds;
+        }
+    }
+}
