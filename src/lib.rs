@@ -55,6 +55,7 @@ pub mod source;
 pub mod stats;
 pub mod subspace;
 pub mod tridiag;
+pub mod trigram;
 
 pub use api::{Lambda, Pipeline};
 pub use error::{Error, Result};

@@ -368,8 +368,46 @@ impl Model {
 }
 
 /// Builds a header (used by training).
-pub(crate) fn header_base() -> (String, u32, String) {
-    (FORMAT_NAME.into(), FORMAT_VERSION, env!("CARGO_PKG_VERSION").into())
+impl ModelHeader {
+    /// The header of a model trained by `spec` on `features`, with its fitted `stages`,
+    /// `dim` features and `outputs` outputs; the solve fills in what it settles
+    /// (components, λ, selection tables, rows, solver, code).
+    pub(crate) fn new(
+        spec: &crate::pipeline::spec::PipelineSpec,
+        classes: Option<Classes>,
+        features: ResolvedFeatures,
+        stages: Vec<StageSpec>,
+        dim: usize,
+        outputs: usize,
+    ) -> ModelHeader {
+        ModelHeader {
+            format: FORMAT_NAME.into(),
+            version: FORMAT_VERSION,
+            written_by: env!("CARGO_PKG_VERSION").into(),
+            task: spec.task,
+            classes,
+            label: spec.data.label.clone(),
+            targets: spec.data.targets.clone(),
+            features,
+            stages,
+            seed: spec.run.seed,
+            dim,
+            outputs,
+            components: dim,
+            components_requested: dim,
+            lambdas: Vec::new(),
+            gcv: None,
+            rows: 0,
+            pipeline: serde_json::to_value(spec).unwrap_or(serde_json::Value::Null),
+            checksum: String::new(),
+            passes: spec.passes,
+            unlabeled_rows: 0,
+            validation: None,
+            projections: Vec::new(),
+            solver: None,
+            code: None,
+        }
+    }
 }
 
 impl crate::container::Header for ModelHeader {

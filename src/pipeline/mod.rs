@@ -19,6 +19,7 @@ pub mod run;
 mod shards;
 mod solve_step;
 pub mod spec;
+mod spec_toml;
 mod state;
 pub mod stream;
 mod validation;

@@ -4,7 +4,7 @@
 
 use crate::codes::OutputCode;
 use crate::error::{Error, Location, Result};
-use crate::model::{header_base, Model, ModelHeader, Projection, ProjectionInfo};
+use crate::model::{Model, ModelHeader, Projection, ProjectionInfo};
 use crate::pipeline::paths::solve_in_place;
 use crate::pipeline::paths::solve_path;
 use crate::pipeline::projection::fit_pca;
@@ -299,38 +299,23 @@ pub(crate) fn finish(
     let (wp, bp) = solved.ridge.weights(std::slice::from_ref(&lambdas), &solved.labeled).remove(0);
     let (weights, bias) = fold(&solved, wp, bp, dim);
     say(&format!("solve: {:.1} s ({} path)", start.elapsed().as_secs_f64(), solved.path.name()));
-    let (format, version, written_by) = header_base();
     let (infos, projs): (Vec<ProjectionInfo>, Vec<Projection>) = solved.projections.iter().cloned().unzip();
     let mean = match state {
         State::One { .. } => solved.labeled.mean.clone(),
         State::Two { pass1, .. } => pass1.iter().flat_map(|s| s.moments().mean).collect(),
     };
     let header = ModelHeader {
-        format,
-        version,
-        written_by,
-        task: spec.task,
-        classes,
-        label: spec.data.label.clone(),
-        targets: spec.data.targets.clone(),
-        features,
-        stages,
-        seed: spec.run.seed,
-        dim,
-        outputs: c,
         components: solved.components,
         components_requested: solved.components_requested,
         lambdas: lambdas.clone(),
         gcv,
         rows: solved.rows,
-        pipeline: serde_json::to_value(spec).unwrap_or(serde_json::Value::Null),
-        checksum: String::new(),
-        passes: spec.passes,
         unlabeled_rows: solved.unlabeled_rows,
         validation,
         projections: infos,
         solver: Some(solved.path.name().to_string()),
         code: code.as_ref().and_then(OutputCode::rows),
+        ..ModelHeader::new(spec, classes, features, stages, dim, c)
     };
     Ok(Model {
         header,

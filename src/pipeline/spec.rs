@@ -1,8 +1,8 @@
-//! The pipeline file: TOML → typed, validated [`PipelineSpec`]. Every key has a
-//! default (README, "Pipeline file reference"); an unknown key is an error naming
-//! the key and the file; `--set key=value` overrides any key before validation.
+//! The typed, validated [`PipelineSpec`]: what a pipeline asks for, the checks across
+//! its sections, and what the driver derives from it (`spec_toml.rs` reads it from the
+//! pipeline file).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
@@ -288,104 +288,7 @@ pub struct PipelineSpec {
     pub run: RunSpec,
 }
 
-const TOP_KEYS: &[&str] = &["task", "passes", "data", "stages", "pca", "ridge", "run"];
-
 impl PipelineSpec {
-    /// Reads and validates a pipeline file with `--set` overrides (`key=value`).
-    pub fn load(path: &Path, overrides: &[String]) -> Result<PipelineSpec> {
-        let name = path.display().to_string();
-        let bytes = crate::atomic::read_input(path).map_err(|e| match e {
-            Error::Data { message, .. } => Error::config(&name, "-", format!("pipeline file: {message}")),
-            other => other,
-        })?;
-        let text = String::from_utf8(bytes).map_err(|_| Error::config(&name, "-", "not UTF-8 text"))?;
-        let mut table: toml::Table =
-            text.parse().map_err(|e: toml::de::Error| Error::config(&name, "-", format!("not valid TOML: {e}")))?;
-        let base = path.parent().unwrap_or(Path::new("."));
-        resolve_paths(&mut table, base);
-        for o in overrides {
-            apply_override(&mut table, o)?;
-        }
-        Self::from_table(table, &name)
-    }
-
-    /// Validates an already parsed table.
-    pub fn from_table(mut table: toml::Table, file: &str) -> Result<PipelineSpec> {
-        for key in table.keys() {
-            if !TOP_KEYS.contains(&key.as_str()) {
-                return Err(Error::config(
-                    file,
-                    key,
-                    format!("unknown key; the top-level keys are {}", TOP_KEYS.join(", ")),
-                ));
-            }
-        }
-        fn section<T: serde::de::DeserializeOwned + Default>(t: &mut toml::Table, key: &str, file: &str) -> Result<T> {
-            match t.remove(key) {
-                None => Ok(T::default()),
-                Some(v) => v.clone().try_into().map_err(|e: toml::de::Error| keyed::<T>(&v, key, file, &e)),
-            }
-        }
-        // Names the key, not just the section: tries the keys one at a time and reports the
-        // first that fails on its own.
-        fn keyed<T: serde::de::DeserializeOwned>(v: &toml::Value, key: &str, file: &str, e: &toml::de::Error) -> Error {
-            if let toml::Value::Table(inner) = v {
-                for (k, kv) in inner {
-                    let one = toml::Value::Table(toml::Table::from_iter([(k.clone(), kv.clone())]));
-                    if let Err(e1) = one.try_into::<T>() {
-                        if !e1.message().starts_with("missing field") {
-                            return Error::config(file, format!("{key}.{k}"), e1.message().to_string());
-                        }
-                    }
-                }
-            }
-            Error::config(file, key, e.message().to_string())
-        }
-        let task: Task = match table.remove("task") {
-            None => Task::default(),
-            Some(v) => {
-                v.try_into().map_err(|_| Error::config(file, "task", "must be \"classification\" or \"regression\""))?
-            }
-        };
-        let passes: u32 = match table.remove("passes") {
-            None => 1,
-            Some(toml::Value::Integer(1)) => 1,
-            Some(toml::Value::Integer(2)) => 2,
-            Some(_) => return Err(Error::config(file, "passes", "must be 1 or 2")),
-        };
-        let data: DataSpec = match table.remove("data") {
-            None => return Err(Error::config(file, "data", "missing; [data] needs at least train = [\"…\"]")),
-            Some(v) => v.clone().try_into().map_err(|e: toml::de::Error| keyed::<DataSpec>(&v, "data", file, &e))?,
-        };
-        let stages = match table.remove("stages") {
-            None => Vec::new(),
-            Some(toml::Value::Array(a)) => a
-                .iter()
-                .enumerate()
-                .map(|(i, v)| match v {
-                    toml::Value::Table(t) => StageSpec::from_toml(t, file, &format!("stages[{i}]")),
-                    _ => Err(Error::config(file, format!("stages[{i}]"), "each stage must be a table ([[stages]])")),
-                })
-                .collect::<Result<Vec<_>>>()?,
-            Some(_) => return Err(Error::config(file, "stages", "must be an array of tables ([[stages]])")),
-        };
-        let spec = PipelineSpec {
-            source: file.to_string(),
-            task,
-            passes,
-            data,
-            stages,
-            pca: section(&mut table, "pca", file)?,
-            ridge: section(&mut table, "ridge", file)?,
-            run: section(&mut table, "run", file)?,
-        };
-        if spec.data.train.is_empty() {
-            return Err(Error::config(file, "data.train", "no training files given"));
-        }
-        spec.check()?;
-        Ok(spec)
-    }
-
     /// Checks every setting a pipeline file's would be checked for, except that training
     /// files are given (a pipeline built in code may fit on batches in memory).
     pub fn check(&self) -> Result<()> {
@@ -575,86 +478,4 @@ impl PipelineSpec {
             self.run.threads
         }
     }
-}
-
-fn resolve_paths(table: &mut toml::Table, base: &Path) {
-    if let Some(toml::Value::Table(ridge)) = table.get_mut("ridge") {
-        if let Some(toml::Value::String(s)) = ridge.get_mut("code_file") {
-            if Path::new(s.as_str()).is_relative() {
-                *s = base.join(&*s).to_string_lossy().into_owned();
-            }
-        }
-    }
-    let Some(toml::Value::Table(data)) = table.get_mut("data") else {
-        return;
-    };
-    for key in ["train", "test", "unlabeled", "validation"] {
-        match data.get_mut(key) {
-            Some(toml::Value::Array(a)) => {
-                for v in a.iter_mut() {
-                    if let toml::Value::String(s) = v {
-                        if Path::new(s.as_str()).is_relative() {
-                            *s = base.join(&*s).to_string_lossy().into_owned();
-                        }
-                    }
-                }
-            }
-            Some(toml::Value::String(s)) => {
-                let p = if Path::new(s.as_str()).is_relative() {
-                    base.join(&*s).to_string_lossy().into_owned()
-                } else {
-                    s.clone()
-                };
-                data.insert(key.into(), toml::Value::Array(vec![toml::Value::String(p)]));
-            }
-            _ => {}
-        }
-    }
-}
-
-/// Applies one `key=value` override; `value` is read as TOML (a number, bool, array,
-/// quoted string) and otherwise taken as a bare string. `stages.N.key` addresses stage N.
-pub fn apply_override(table: &mut toml::Table, item: &str) -> Result<()> {
-    let (key, raw) = item.split_once('=').ok_or_else(|| Error::config("--set", item, "expected key=value"))?;
-    let key = key.trim();
-    let value = match format!("v = {raw}").parse::<toml::Table>() {
-        Ok(mut t) => t.remove("v").unwrap_or(toml::Value::String(raw.into())),
-        Err(_) => toml::Value::String(raw.trim().to_string()),
-    };
-    let parts: Vec<&str> = key.split('.').collect();
-    if parts.iter().any(|p| p.is_empty()) {
-        return Err(Error::config("--set", key, "empty key segment"));
-    }
-    let mut cur = table;
-    for (i, part) in parts.iter().enumerate() {
-        let last = i + 1 == parts.len();
-        if *part == "stages" && !last {
-            let idx: usize = parts[i + 1].parse().map_err(|_| {
-                Error::config("--set", key, "stages must be followed by a stage number, e.g. stages.0.dim")
-            })?;
-            let Some(toml::Value::Array(stages)) = cur.get_mut("stages") else {
-                return Err(Error::config("--set", key, "the pipeline has no stages"));
-            };
-            let n = stages.len();
-            let Some(toml::Value::Table(t)) = stages.get_mut(idx) else {
-                return Err(Error::config("--set", key, format!("there are {n} stages (numbered from 0)")));
-            };
-            let rest = &parts[i + 2..];
-            if rest.len() != 1 {
-                return Err(Error::config("--set", key, "expected stages.N.key"));
-            }
-            t.insert(rest[0].to_string(), value);
-            return Ok(());
-        }
-        if last {
-            cur.insert(part.to_string(), value);
-            return Ok(());
-        }
-        let entry = cur.entry(part.to_string()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
-        cur = match entry {
-            toml::Value::Table(t) => t,
-            _ => return Err(Error::config("--set", key, format!("'{part}' is not a table"))),
-        };
-    }
-    Ok(())
 }

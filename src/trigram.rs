@@ -1,0 +1,256 @@
+//! The lower triangle of a symmetric `D × D` matrix as square tiles: the storage of the
+//! Gram and of its in-place Cholesky factor, and the thread fan-out their tile
+//! operations share.
+
+use faer::linalg::matmul::matmul;
+use faer::linalg::matmul::triangular::{self, BlockStructure};
+use faer::{Accum, Mat, MatMut, MatRef, Par};
+
+use ndarray::ArrayView2;
+
+/// Side of the square Gram tiles. 256 keeps a tile pair in L2 and the tile count
+/// small enough that the GEMM calls dominate.
+pub const TILE: usize = 256;
+
+/// The lower triangle of a symmetric `D × D` matrix as square tiles `(I, J)`, `J ≤ I`,
+/// each stored row-major. Memory ≈ `D²/2 + D·TILE/2` f64.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TriGram {
+    dim: usize,
+    data: Vec<f64>,
+}
+
+impl TriGram {
+    /// A zero matrix of side `dim`.
+    pub fn zeros(dim: usize) -> Self {
+        TriGram { dim, data: vec![0.0; Self::len_for(dim)] }
+    }
+
+    /// Number of f64 values stored for side `dim`.
+    pub fn len_for(dim: usize) -> usize {
+        let nt = dim.div_ceil(TILE);
+        (0..nt)
+            .map(|i| {
+                let hi = tile_len(dim, i);
+                (0..=i).map(|j| hi * tile_len(dim, j)).sum::<usize>()
+            })
+            .sum()
+    }
+
+    /// Side of the matrix.
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// The stored values, tile by tile.
+    pub fn raw(&self) -> &[f64] {
+        &self.data
+    }
+
+    /// Builds from stored values (a statistics file).
+    pub fn from_raw(dim: usize, data: Vec<f64>) -> Option<Self> {
+        (data.len() == Self::len_for(dim)).then_some(TriGram { dim, data })
+    }
+
+    /// Mutable tiles `(I, J, block)` in storage order.
+    pub(crate) fn tiles_mut(&mut self) -> Vec<(usize, usize, &mut [f64])> {
+        let dim = self.dim;
+        let nt = dim.div_ceil(TILE);
+        let mut out = Vec::with_capacity(nt * (nt + 1) / 2);
+        let mut rest: &mut [f64] = &mut self.data;
+        for i in 0..nt {
+            for j in 0..=i {
+                let len = tile_len(dim, i) * tile_len(dim, j);
+                let (head, tail) = rest.split_at_mut(len);
+                out.push((i, j, head));
+                rest = tail;
+            }
+        }
+        out
+    }
+
+    /// Tiles `(I, J, block)` in storage order.
+    pub(crate) fn tiles(&self) -> Vec<(usize, usize, &[f64])> {
+        let dim = self.dim;
+        let nt = dim.div_ceil(TILE);
+        let mut out = Vec::with_capacity(nt * (nt + 1) / 2);
+        let mut rest: &[f64] = &self.data;
+        for i in 0..nt {
+            for j in 0..=i {
+                let (head, tail) = rest.split_at(tile_len(dim, i) * tile_len(dim, j));
+                out.push((i, j, head));
+                rest = tail;
+            }
+        }
+        out
+    }
+
+    /// The diagonal of `G`.
+    pub fn diagonal(&self) -> Vec<f64> {
+        let dim = self.dim;
+        let mut out = Vec::with_capacity(dim);
+        for (i, j, block) in self.tiles() {
+            if i == j {
+                let h = tile_len(dim, i);
+                out.extend((0..h).map(|r| block[r * h + r]));
+            }
+        }
+        out
+    }
+
+    /// `G += α I`.
+    pub(crate) fn add_diagonal(&mut self, alpha: f64) {
+        let dim = self.dim;
+        for (i, j, block) in self.tiles_mut() {
+            if i == j {
+                let h = tile_len(dim, i);
+                (0..h).for_each(|r| block[r * h + r] += alpha);
+            }
+        }
+    }
+
+    /// `G += Zᵀ Z` for a row-major f64 block `z` (`rows × D`), one GEMM per tile on and
+    /// below the diagonal, spread over `threads` threads. Each tile is computed by one
+    /// sequential GEMM whatever the thread count, so the sums are bit-identical for any
+    /// `threads`.
+    pub fn syrk(&mut self, z: ArrayView2<'_, f64>, threads: usize) {
+        assert_eq!(z.ncols(), self.dim);
+        let Some(zs) = z.as_slice() else {
+            let owned = z.to_owned();
+            return self.syrk(owned.view(), threads);
+        };
+        let (rows, dim) = (z.nrows(), self.dim);
+        let zm = MatRef::from_row_major_slice(zs, rows, dim);
+        let tiles = self.tiles_mut();
+        parallel(tiles, threads, |(i, j, block): (usize, usize, &mut [f64])| {
+            let (ri, rj) = (tile_range(dim, i), tile_range(dim, j));
+            let a = zm.subcols(ri.start, ri.len()).transpose();
+            let b = zm.subcols(rj.start, rj.len());
+            let c = MatMut::from_row_major_slice_mut(block, ri.len(), rj.len());
+            if i == j {
+                // Only the lower half of a diagonal tile is ever read: skip the rest.
+                let rect = BlockStructure::Rectangular;
+                triangular::matmul(c, BlockStructure::TriangularLower, Accum::Add, a, rect, b, rect, 1.0, Par::Seq);
+            } else {
+                matmul(c, Accum::Add, a, b, 1.0, Par::Seq);
+            }
+        });
+    }
+
+    /// [`TriGram::syrk`] with the products in f32 (`z` row-major f32, at most a block
+    /// of rows at a time), each tile's product added into the f64 sums: f32 FMA runs at
+    /// twice the f64 rate, and rounding stays that of one block, whatever the row count.
+    pub fn syrk_f32(&mut self, z: &[f32], rows: usize, threads: usize) {
+        let dim = self.dim;
+        assert!(z.len() >= rows * dim);
+        let zm = MatRef::from_row_major_slice(&z[..rows * dim], rows, dim);
+        let tiles = self.tiles_mut();
+        parallel(tiles, threads, |(i, j, block): (usize, usize, &mut [f64])| {
+            let (ri, rj) = (tile_range(dim, i), tile_range(dim, j));
+            let a = zm.subcols(ri.start, ri.len()).transpose();
+            let b = zm.subcols(rj.start, rj.len());
+            let mut prod = Mat::<f32>::zeros(ri.len(), rj.len());
+            if i == j {
+                let rect = BlockStructure::Rectangular;
+                let lower = BlockStructure::TriangularLower;
+                triangular::matmul(prod.as_mut(), lower, Accum::Replace, a, rect, b, rect, 1.0, Par::Seq);
+            } else {
+                matmul(prod.as_mut(), Accum::Replace, a, b, 1.0, Par::Seq);
+            }
+            for (x, row) in block.chunks_exact_mut(rj.len()).enumerate() {
+                row.iter_mut().enumerate().for_each(|(y, v)| *v += f64::from(prod[(x, y)]));
+            }
+        });
+    }
+
+    /// Entry `(r, c)` for `c ≤ r`.
+    pub fn get_lower(&self, r: usize, c: usize) -> f64 {
+        debug_assert!(c <= r);
+        let (i, j) = (r / TILE, c / TILE);
+        let off = self.tile_offset(i, j);
+        off.map_or(0.0, |o| self.data[o + (r - i * TILE) * tile_len(self.dim, j) + (c - j * TILE)])
+    }
+
+    fn tile_offset(&self, i: usize, j: usize) -> Option<usize> {
+        let mut off = 0;
+        for ii in 0..i {
+            off += tile_len(self.dim, ii) * (0..=ii).map(|jj| tile_len(self.dim, jj)).sum::<usize>();
+        }
+        off += tile_len(self.dim, i) * (0..j).map(|jj| tile_len(self.dim, jj)).sum::<usize>();
+        Some(off)
+    }
+
+    /// The full symmetric matrix, row-major `D × D`.
+    pub fn to_full(&self) -> Vec<f64> {
+        let dim = self.dim;
+        let mut full = vec![0.0; dim * dim];
+        let nt = dim.div_ceil(TILE);
+        let mut off = 0;
+        for i in 0..nt {
+            for j in 0..=i {
+                let (ri, rj) = (tile_range(dim, i), tile_range(dim, j));
+                let hj = rj.len();
+                for (a, r) in ri.clone().enumerate() {
+                    for (b, c) in rj.clone().enumerate() {
+                        if c <= r {
+                            let v = self.data[off + a * hj + b];
+                            full[r * dim + c] = v;
+                            full[c * dim + r] = v;
+                        }
+                    }
+                }
+                off += ri.len() * hj;
+            }
+        }
+        full
+    }
+
+    /// `self += other`.
+    pub fn add_assign(&mut self, other: &TriGram) {
+        self.data.iter_mut().zip(&other.data).for_each(|(a, b)| *a += b);
+    }
+
+    /// `G += α a bᵀ + α b aᵀ` on the lower triangle (a change of shift, centring).
+    pub(crate) fn add_sym_rank2(&mut self, a: &[f64], b: &[f64], alpha: f64) {
+        let dim = self.dim;
+        for (i, j, block) in self.tiles_mut() {
+            let (ri, rj) = (tile_range(dim, i), tile_range(dim, j));
+            let hj = rj.len();
+            for (x, r) in ri.clone().enumerate() {
+                for (y, c) in rj.clone().enumerate() {
+                    block[x * hj + y] += alpha * (a[r] * b[c] + b[r] * a[c]);
+                }
+            }
+        }
+    }
+}
+
+/// Runs `f` on every item over `threads` scoped threads, items interleaved so each
+/// thread gets a similar share of the large ones. Each item is one call, so the
+/// arithmetic of a tile does not depend on the thread count (the Gram update and the
+/// tiled Cholesky share this).
+pub(crate) fn parallel<T: Send>(items: Vec<T>, threads: usize, f: impl Fn(T) + Sync) {
+    let threads = threads.clamp(1, items.len().max(1));
+    if threads == 1 {
+        items.into_iter().for_each(f);
+        return;
+    }
+    let mut groups: Vec<Vec<T>> = (0..threads).map(|_| Vec::new()).collect();
+    for (k, t) in items.into_iter().enumerate() {
+        groups[k % threads].push(t);
+    }
+    std::thread::scope(|scope| {
+        for g in groups {
+            let f = &f;
+            scope.spawn(move || g.into_iter().for_each(f));
+        }
+    });
+}
+
+pub(crate) fn tile_len(dim: usize, i: usize) -> usize {
+    TILE.min(dim - i * TILE)
+}
+
+pub(crate) fn tile_range(dim: usize, i: usize) -> std::ops::Range<usize> {
+    i * TILE..(i * TILE + TILE).min(dim)
+}
