@@ -52,6 +52,7 @@ fn main() {
             dim: 4096,
             normalize: Normalize::L2,
             weight: 1.0,
+            ..Default::default()
         })],
         ds.dim(),
         1,

@@ -3,7 +3,7 @@ use std::path::PathBuf;
 use sketchfit::error::{Error, Result};
 use sketchfit::pipeline::mmd::{mmd, MmdOptions};
 use sketchfit::pipeline::spec::PipelineSpec;
-use sketchfit::sketch::{GaussianSketchHdSpec, Normalize, StageSpec};
+use sketchfit::sketch::{GaussianSketchHdSpec, StageSpec};
 use sketchfit::source::{ColumnSpec, FeatureColumns};
 
 /// Options shared by `mmd` and `embed`: which columns and which sketch.
@@ -54,13 +54,8 @@ impl SketchArgs {
         }
         let stage = StageSpec::GaussianSketchHd(GaussianSketchHdSpec {
             sigma: self.sigma,
-            truncation: None,
             dim: self.dim,
-            center: Vec::new(),
-            blocks: Vec::new(),
-            identity_block: false,
-            normalize: Normalize::None,
-            weight: 1.0,
+            ..Default::default()
         });
         stage.validate("command line", "--sigma/--dim")?;
         Ok(Setup {

@@ -35,6 +35,10 @@ pub struct StageError {
     pub max_abs: f64,
     /// Microseconds per row to map (mean over seeds, one thread).
     pub us_per_row: f64,
+    /// With a down-projection: the mean NRMS of the stage's own map without it, so the
+    /// error the projection adds is `nrms_mean − before_down`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub before_down: Option<f64>,
 }
 
 /// The report of `kernel-error`.
@@ -106,6 +110,7 @@ fn measure(spec: &StageSpec, index: usize, sample: &Sample, seeds: usize, base_s
         mean_abs: mean_abs / seeds as f64,
         max_abs,
         us_per_row: secs / seeds as f64 / n as f64 * 1e6,
+        before_down: None,
     })
 }
 
@@ -138,14 +143,23 @@ pub fn kernel_error(
             .map(|ij| k.eval(&xn[(ij / n) * d..(ij / n + 1) * d], &xn[(ij % n) * d..(ij % n + 1) * d]))
             .collect();
         let smp = Sample { x: &x, n, d, exact: &exact };
-        stages.push(measure(st, i, &smp, seeds, spec.run.seed)?);
+        let mut e = measure(st, i, &smp, seeds, spec.run.seed)?;
+        let (down, down_dim) = st.down_keys();
+        if down.is_some() {
+            e.before_down = Some(measure(&st.with_down(None, 0), i, &smp, seeds, spec.run.seed)?.nrms_mean);
+        }
+        stages.push(e);
         if sweep {
-            if let Some(full) = st.dim() {
+            // With a down-projection the sweep varies its dimension, the stage's own map
+            // fixed; otherwise the stage's dimension.
+            let full = if down.is_some() { Some(down_dim) } else { st.dim() };
+            if let Some(full) = full {
                 for j in (0..=4).rev() {
                     let dim = (full >> j).max(2);
                     // A smaller dimension can clear fitted sizes (the HD sketch's blocks):
                     // fit again, so every sweep point measures the map it names.
-                    let s = st.with_dim(dim).fit(&x, d, spec.run.seed, i)?;
+                    let s = if down.is_some() { st.with_down(down, dim) } else { st.with_dim(dim) };
+                    let s = s.fit(&x, d, spec.run.seed, i)?;
                     if s.validate("kernel-error", "stage").is_ok() {
                         curve.push(measure(&s, i, &smp, seeds, spec.run.seed)?);
                     }
@@ -154,10 +168,6 @@ pub fn kernel_error(
         }
     }
     Ok(KernelErrorReport { rows: n, seeds, stages, sweep: curve })
-}
-
-fn kind_name(s: &StageSpec) -> String {
-    serde_json::to_value(s).ok().and_then(|v| v["kind"].as_str().map(String::from)).unwrap_or_default()
 }
 
 impl KernelErrorReport {
@@ -170,7 +180,7 @@ impl KernelErrorReport {
                 s,
                 "{:>5}  {:<24} {:>6}  {:.4e} ± {:.2e}  {:.3e}   {:.3e}   {:8.2}",
                 e.stage,
-                kind_name(&e.spec),
+                e.spec.kind(),
                 e.dim,
                 e.nrms_mean,
                 e.nrms_sd,
@@ -178,6 +188,13 @@ impl KernelErrorReport {
                 e.max_abs,
                 e.us_per_row
             );
+            if let Some(b) = e.before_down {
+                let _ = writeln!(
+                    s,
+                    "       without its down-projection: NRMS {b:.4e}; the projection adds {:.4e}",
+                    e.nrms_mean - b
+                );
+            }
         }
         s
     }
@@ -259,7 +276,7 @@ impl KernelErrorReport {
                 let (a, b) = p.split_once(',').unwrap_or(("0", "0"));
                 let _ = writeln!(s, "<circle cx=\"{a}\" cy=\"{b}\" r=\"3\" fill=\"{c}\"/>");
             }
-            let name = pts.iter().find(|e| e.stage == *st).map(|e| kind_name(&e.spec)).unwrap_or_default();
+            let name = pts.iter().find(|e| e.stage == *st).map(|e| e.spec.kind()).unwrap_or_default();
             let _ = writeln!(
                 s,
                 "<text x=\"{}\" y=\"{}\" fill=\"{c}\">stage {st}: {name}</text>",

@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::down::DownKind;
 use super::family::{chi2_terms, defaults, fail, weight, Checked, Family, Sample};
 use super::params::{PResult, ParamArray, Params};
 use super::{FeatureMap, Kernel, Normalize, Sketch};
@@ -222,6 +223,12 @@ pub struct Chi2Spec {
     /// Weight of the stage in a concatenation.
     #[serde(default = "defaults::weight")]
     pub weight: f64,
+    /// Down-projection after the map, `"srht"` or `"gaussian"` (none by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub down: Option<DownKind>,
+    /// Output dimension of the down-projection.
+    #[serde(default, skip_serializing_if = "defaults::is_zero")]
+    pub down_dim: usize,
 }
 
 /// A χ² stage with its `k`'s settled (`terms` of them).
@@ -286,6 +293,12 @@ pub struct Chi2ChebyshevSpec {
     /// Weight of the stage in a concatenation.
     #[serde(default = "defaults::weight")]
     pub weight: f64,
+    /// Down-projection after the map, `"srht"` or `"gaussian"` (none by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub down: Option<DownKind>,
+    /// Output dimension of the down-projection.
+    #[serde(default, skip_serializing_if = "defaults::is_zero")]
+    pub down_dim: usize,
 }
 
 impl Family for Chi2ChebyshevSpec {

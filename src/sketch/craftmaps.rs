@@ -6,8 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::family::{defaults, dim, eta, fail, poly, weight, Checked, Family};
-use super::hadamard::DownKind;
+use super::down::DownKind;
+use super::family::{defaults, dim, eta, fail, poly, weight, Checked, DownKeys, Family};
 use super::maclaurin::{dot_kernel, DotKernel, DotKind, RandomMaclaurin};
 use super::params::{PResult, ParamArray, Params};
 use super::tensor::{PolyKernel, TensorSketch};
@@ -115,6 +115,16 @@ impl CraftmapsSpec {
 
     fn poly(&self) -> PolyKernel {
         PolyKernel { degree: self.degree, gamma: self.gamma, offset: self.offset }
+    }
+}
+
+/// CRAFTMaps has its own down-projection (`down`, to `dim`).
+impl DownKeys for CraftmapsSpec {
+    fn down_keys(&self) -> (Option<DownKind>, usize) {
+        (None, 0)
+    }
+    fn with_down(&self, _down: Option<DownKind>, _down_dim: usize) -> Self {
+        self.clone()
     }
 }
 

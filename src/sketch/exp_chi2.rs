@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::chi2::{chi2_distance, sample_k, Chi2Series};
+use super::down::DownKind;
 use super::family::{chi2_terms, defaults, positive_opt, rff_dim, weight, Checked, Family, Sample};
 use super::params::{PResult, ParamArray, Params};
 use super::rff::{Rff, RffVariant, ShiftKernel};
@@ -67,6 +68,12 @@ pub struct ExpChi2Spec {
     /// Weight of the stage in a concatenation.
     #[serde(default = "defaults::weight")]
     pub weight: f64,
+    /// Down-projection after the map, `"srht"` or `"gaussian"` (none by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub down: Option<DownKind>,
+    /// Output dimension of the down-projection.
+    #[serde(default, skip_serializing_if = "defaults::is_zero")]
+    pub down_dim: usize,
 }
 
 /// An exp-χ² stage with its `k`'s and β settled.

@@ -14,6 +14,7 @@ use std::fmt::Debug;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::down::DownKind;
 use super::params::{PResult, Params};
 use super::rff::RffVariant;
 use super::stage::Normalize;
@@ -279,5 +280,42 @@ pub(crate) mod defaults {
     }
     pub(crate) fn bins() -> usize {
         200
+    }
+    pub(crate) fn is_zero(v: &usize) -> bool {
+        *v == 0
+    }
+}
+
+/// The `down` and `down_dim` keys every family but CRAFTMaps (which has its own) takes.
+pub(crate) trait DownKeys: Sized {
+    /// `down` and `down_dim` as given.
+    fn down_keys(&self) -> (Option<DownKind>, usize);
+    /// The same stage with `down` and `down_dim` replaced.
+    fn with_down(&self, down: Option<DownKind>, down_dim: usize) -> Self;
+}
+
+/// Implements [`DownKeys`] for spec structs with `down` and `down_dim` fields.
+macro_rules! down_keys {
+    ($($spec:ty),* $(,)?) => {
+        $(
+            impl $crate::sketch::family::DownKeys for $spec {
+                fn down_keys(&self) -> (Option<$crate::sketch::DownKind>, usize) {
+                    (self.down, self.down_dim)
+                }
+                fn with_down(&self, down: Option<$crate::sketch::DownKind>, down_dim: usize) -> Self {
+                    Self { down, down_dim, ..self.clone() }
+                }
+            }
+        )*
+    };
+}
+pub(crate) use down_keys;
+
+/// The down-projection keys: `down_dim` from 1 to [`MAX_DIM`] with `down`, absent without.
+pub(crate) fn down_keys_check(down: Option<DownKind>, down_dim: usize) -> Checked {
+    match down {
+        Some(_) => dim("down_dim", down_dim, 1),
+        None if down_dim != 0 => fail("down_dim", "needs down = \"srht\" or \"gaussian\""),
+        None => Ok(()),
     }
 }

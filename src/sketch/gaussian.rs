@@ -7,6 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::down::DownKind;
 use super::family::{defaults, dim, even_dim, fail, gaussian, weight, Checked, Family, Sample};
 use super::params::{tree_from, tree_params, PResult, ParamArray, Params};
 use super::recursive::RecursiveTensorSketch;
@@ -251,6 +252,12 @@ pub struct GaussianSketchSpec {
     /// Weight of the stage in a concatenation.
     #[serde(default = "defaults::weight")]
     pub weight: f64,
+    /// Down-projection after the map, `"srht"` or `"gaussian"` (none by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub down: Option<DownKind>,
+    /// Output dimension of the down-projection.
+    #[serde(default, skip_serializing_if = "defaults::is_zero")]
+    pub down_dim: usize,
 }
 
 /// A Gaussian sketch with σ, truncation and centre settled.
@@ -356,6 +363,12 @@ pub struct GaussianSketchHdSpec {
     /// Weight of the stage in a concatenation.
     #[serde(default = "defaults::weight")]
     pub weight: f64,
+    /// Down-projection after the map, `"srht"` or `"gaussian"` (none by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub down: Option<DownKind>,
+    /// Output dimension of the down-projection.
+    #[serde(default, skip_serializing_if = "defaults::is_zero")]
+    pub down_dim: usize,
 }
 
 /// A Gaussian HD sketch with σ, centre and block sizes settled.

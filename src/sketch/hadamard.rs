@@ -2,9 +2,7 @@
 //! the subsampled randomized Hadamard transform (Tropp 2011; math.md §5):
 //! `G(z)_k = E^{-1/2} (H_{D'} diag(ζ) pad₂(z))_{r_k}`, rows drawn without replacement.
 
-use serde::{Deserialize, Serialize};
-
-use super::params::{PResult, ParamArray, Params};
+use super::params::ParamArray;
 use super::{FeatureMap, Sketch};
 use crate::rng::StageRng;
 
@@ -154,40 +152,6 @@ impl Sketch for Srht {
 impl Sketch for GaussianProjection {
     fn params(&self) -> Vec<ParamArray> {
         vec![ParamArray::f32("matrix", vec![self.d_in, self.e], self.at.clone())]
-    }
-}
-
-/// An oblivious linear down-projection `R^D → R^E`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DownKind {
-    /// Subsampled randomized Hadamard transform.
-    #[default]
-    Srht,
-    /// Dense Gaussian map (the reference).
-    Gaussian,
-}
-
-impl DownKind {
-    /// Draws the projection from `d_in` to `e` (an SRHT to at most the next power of two).
-    pub fn draw(self, d_in: usize, e: usize, rng: &mut StageRng) -> Box<dyn Sketch> {
-        match self {
-            DownKind::Srht => Box::new(Srht::draw(d_in, e.min(next_pow2(d_in)), rng)),
-            DownKind::Gaussian => Box::new(GaussianProjection::draw(d_in, e, rng)),
-        }
-    }
-
-    /// Rebuilds the projection from `d_in` to `e` from its stored arrays.
-    pub(crate) fn restore(self, d_in: usize, e: usize, p: &Params) -> PResult<Box<dyn Sketch>> {
-        Ok(match self {
-            DownKind::Srht => {
-                let rows = p.shape("rows")?.first().copied().unwrap_or(0);
-                let srht = Srht { d_in, zeta: p.i8("zeta", &[next_pow2(d_in)])?, rows: p.u32("rows", &[rows])? };
-                srht.validate().map_err(|e| e.to_string())?;
-                Box::new(srht)
-            }
-            DownKind::Gaussian => Box::new(GaussianProjection { at: p.f32("matrix", &[d_in, e])?, d_in, e }),
-        })
     }
 }
 

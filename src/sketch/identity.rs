@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::down::DownKind;
 use super::family::{defaults, weight, Checked, Family};
 use super::params::{PResult, ParamArray, Params};
 use super::{DotKernel, FeatureMap, Kernel, Normalize, Sketch};
@@ -18,6 +19,12 @@ pub struct IdentitySpec {
     /// Weight `w` of the stage in a concatenation (its kernel is weighted by `w²`).
     #[serde(default = "defaults::weight")]
     pub weight: f64,
+    /// Down-projection after the map, `"srht"` or `"gaussian"` (none by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub down: Option<DownKind>,
+    /// Output dimension of the down-projection.
+    #[serde(default, skip_serializing_if = "defaults::is_zero")]
+    pub down_dim: usize,
 }
 
 impl Family for IdentitySpec {

@@ -7,6 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::down::DownKind;
 use super::family::{defaults, dim, eta, poly, weight, Checked, Family};
 use super::hadamard::{fwht, next_pow2};
 use super::params::{PResult, ParamArray, Params};
@@ -363,6 +364,12 @@ pub struct RandomMaclaurinSpec {
     /// Weight of the stage in a concatenation.
     #[serde(default = "defaults::weight")]
     pub weight: f64,
+    /// Down-projection after the map, `"srht"` or `"gaussian"` (none by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub down: Option<DownKind>,
+    /// Output dimension of the down-projection.
+    #[serde(default, skip_serializing_if = "defaults::is_zero")]
+    pub down_dim: usize,
 }
 
 impl RandomMaclaurinSpec {

@@ -14,6 +14,7 @@
 pub mod chi2;
 pub mod count;
 pub mod craftmaps;
+pub mod down;
 pub mod exp_chi2;
 mod family;
 pub mod gaussian;
@@ -30,11 +31,11 @@ use serde::{Deserialize, Serialize};
 
 pub use chi2::{chi2_distance, Chi2ChebyshevSpec, Chi2Spec};
 pub use craftmaps::{CraftmapsSpec, UpKind};
+pub use down::{DownKind, Downed};
 pub use exp_chi2::ExpChi2Spec;
 pub use family::{Checked, KeyError};
-pub(crate) use family::{Family, Sample};
+pub(crate) use family::{DownKeys, Family, Sample};
 pub use gaussian::{GaussianSketchHdSpec, GaussianSketchSpec};
-pub use hadamard::DownKind;
 pub use identity::IdentitySpec;
 pub use maclaurin::{DotKernel, DotKind, RandomMaclaurinSpec};
 pub(crate) use params::{PResult, Params};
@@ -116,6 +117,22 @@ macro_rules! families {
             pub fn check(&self, d: Option<usize>) -> Checked {
                 match self {
                     $(StageSpec::$variant(s) => s.check(d),)*
+                }?;
+                let (kind, dim) = self.down_keys();
+                family::down_keys_check(kind, dim)
+            }
+
+            /// `down` and `down_dim` as given (CRAFTMaps: none; it has its own).
+            pub fn down_keys(&self) -> (Option<DownKind>, usize) {
+                match self {
+                    $(StageSpec::$variant(s) => s.down_keys(),)*
+                }
+            }
+
+            /// The same stage with its down-projection replaced (`None, 0`: without one).
+            pub fn with_down(&self, down: Option<DownKind>, down_dim: usize) -> StageSpec {
+                match self {
+                    $(StageSpec::$variant(s) => s.with_down(down, down_dim).into(),)*
                 }
             }
 
@@ -161,16 +178,18 @@ macro_rules! families {
                 }
             }
 
-            fn draw(&self, d: usize, rng: &mut StageRng) -> Option<Box<dyn Sketch>> {
-                match self {
+            fn draw(&self, d: usize, rng: &mut StageRng) -> Option<std::result::Result<Box<dyn Sketch>, KeyError>> {
+                let map = match self {
                     $(StageSpec::$variant(s) => s.fitted().map(|f| <$spec>::build(&f, d, rng)),)*
-                }
+                }?;
+                Some(down::then_draw(map, self.down_keys(), rng))
             }
 
             fn restore(&self, d: usize, p: &Params) -> Option<PResult<Box<dyn Sketch>>> {
-                match self {
+                let map = match self {
                     $(StageSpec::$variant(s) => s.fitted().map(|f| <$spec>::restore(&f, d, p)),)*
-                }
+                }?;
+                Some(map.and_then(|m| down::then_restore(m, self.down_keys(), p)))
             }
         }
 
@@ -204,6 +223,19 @@ families! {
     "gaussian_sketch" => GaussianSketch(GaussianSketchSpec),
     "gaussian_sketch_hd" => GaussianSketchHd(GaussianSketchHdSpec),
 }
+
+family::down_keys!(
+    IdentitySpec,
+    TensorSketchSpec,
+    RandomMaclaurinSpec,
+    RecursiveSpec,
+    RffSpec,
+    Chi2Spec,
+    Chi2ChebyshevSpec,
+    ExpChi2Spec,
+    GaussianSketchSpec,
+    GaussianSketchHdSpec,
+);
 
 fn unfitted(spec: &StageSpec) -> Error {
     Error::Internal(format!(
@@ -268,8 +300,17 @@ impl StageSpec {
         };
         let mut rest = table.clone();
         rest.remove("kind");
-        let value = toml::Value::Table(rest);
-        let bad = |e: toml::de::Error| Error::config(file, at, format!("stage kind '{kind}': {}", e.message()));
+        let value = toml::Value::Table(rest.clone());
+        // Names the key, not just the stage: the first key that fails on its own.
+        let bad = |e: toml::de::Error| {
+            for (k, v) in &rest {
+                let one = toml::Value::Table(toml::Table::from_iter([(k.clone(), v.clone())]));
+                if let Some(Err(e1)) = StageSpec::parse_kind(&kind, one) {
+                    return Error::config(file, format!("{at}.{k}"), format!("stage kind '{kind}': {}", e1.message()));
+                }
+            }
+            Error::config(file, at, format!("stage kind '{kind}': {}", e.message()))
+        };
         let spec = match StageSpec::parse_kind(&kind, value) {
             Some(parsed) => parsed.map_err(bad)?,
             None => {
@@ -319,8 +360,9 @@ impl StageSpec {
 
 /// Builds the map of a fitted `spec` for inputs of dimension `d`, drawing from `rng`.
 pub fn build_map(spec: &StageSpec, d: usize, rng: &mut StageRng) -> Result<Box<dyn Sketch>> {
-    spec.check(Some(d)).map_err(|e| Error::config("pipeline", format!("stage.{}", e.key), e.message))?;
-    spec.draw(d, rng).ok_or_else(|| unfitted(spec))
+    let key = |e: KeyError| Error::config("pipeline", format!("stage.{}", e.key), e.message);
+    spec.check(Some(d)).map_err(key)?;
+    spec.draw(d, rng).ok_or_else(|| unfitted(spec))?.map_err(key)
 }
 
 /// Rebuilds the map of `spec` from stored arrays, checking every shape and range.
@@ -396,6 +438,20 @@ mod defaults_tests {
             map.map(&x, n, &mut a);
             back.map(&x, n, &mut b);
             assert_eq!(a, b, "{kind}");
+            // And with a down-projection after it, for every family that takes one.
+            for down in [DownKind::Srht, DownKind::Gaussian] {
+                let with = fitted.with_down(Some(down), 5);
+                if with.down_keys().0.is_none() {
+                    continue;
+                }
+                let map = build_map(&with, d, &mut StageRng::new(1, 0)).unwrap();
+                assert_eq!(map.output_dim(), 5, "{kind}");
+                let back = map_from_params(&with, d, &map.params()).unwrap();
+                let (mut a, mut b) = (vec![0f32; n * 5], vec![0f32; n * 5]);
+                map.map(&x, n, &mut a);
+                back.map(&x, n, &mut b);
+                assert_eq!(a, b, "{kind} {down:?}");
+            }
         }
     }
 

@@ -11,6 +11,7 @@ use realfft::{ComplexToReal, RealFftPlanner, RealToComplex};
 use serde::{Deserialize, Serialize};
 
 use super::count::CountSketch;
+use super::down::DownKind;
 use super::family::{defaults, even_dim, poly, weight, Checked, Family};
 use super::params::{count_sketch_params, tree_from, PResult, ParamArray, Params};
 use super::{DotKernel, FeatureMap, Kernel, Normalize, Sketch};
@@ -201,6 +202,12 @@ pub struct RecursiveSpec {
     /// Weight of the stage in a concatenation.
     #[serde(default = "defaults::weight")]
     pub weight: f64,
+    /// Down-projection after the map, `"srht"` or `"gaussian"` (none by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub down: Option<DownKind>,
+    /// Output dimension of the down-projection.
+    #[serde(default, skip_serializing_if = "defaults::is_zero")]
+    pub down_dim: usize,
 }
 
 impl Family for RecursiveSpec {

@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::down::DownKind;
 use super::family::{defaults, fail, positive_opt, rff_dim, weight, Checked, Family, Sample};
 use super::params::{PResult, ParamArray, Params};
 use super::{FeatureMap, Kernel, Normalize, Sketch};
@@ -151,6 +152,12 @@ pub struct RffSpec {
     /// Weight of the stage in a concatenation.
     #[serde(default = "defaults::weight")]
     pub weight: f64,
+    /// Down-projection after the map, `"srht"` or `"gaussian"` (none by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub down: Option<DownKind>,
+    /// Output dimension of the down-projection.
+    #[serde(default, skip_serializing_if = "defaults::is_zero")]
+    pub down_dim: usize,
 }
 
 impl RffSpec {

@@ -13,6 +13,7 @@ use realfft::{ComplexToReal, RealFftPlanner, RealToComplex};
 use serde::{Deserialize, Serialize};
 
 use super::count::CountSketch;
+use super::down::DownKind;
 use super::family::{defaults, dim, poly, weight, Checked, Family};
 use super::params::{count_sketch_params, PResult, ParamArray, Params};
 use super::{DotKernel, FeatureMap, Kernel, Normalize, Sketch};
@@ -171,6 +172,12 @@ pub struct TensorSketchSpec {
     /// Weight of the stage in a concatenation.
     #[serde(default = "defaults::weight")]
     pub weight: f64,
+    /// Down-projection after the map, `"srht"` or `"gaussian"` (none by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub down: Option<DownKind>,
+    /// Output dimension of the down-projection.
+    #[serde(default, skip_serializing_if = "defaults::is_zero")]
+    pub down_dim: usize,
 }
 
 impl TensorSketchSpec {

@@ -9,6 +9,7 @@ mod bad_input;
 mod batch;
 mod chi2_rff_stats;
 mod dot_product_maps_stats;
+mod down_projection;
 mod end_to_end;
 mod gaussian_mmd;
 mod golden;

@@ -35,8 +35,9 @@ fn data() -> (FeaturePipeline, Data) {
             dim: 37,
             normalize: Normalize::None,
             weight: 1.0,
+            ..Default::default()
         }),
-        StageSpec::Identity(IdentitySpec { normalize: Normalize::L2, weight: 2.0 }),
+        StageSpec::Identity(IdentitySpec { normalize: Normalize::L2, weight: 2.0, ..Default::default() }),
     ];
     let pipe = FeaturePipeline::build(&specs, d, 3).unwrap();
     let dim = pipe.output_dim();
