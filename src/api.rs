@@ -62,6 +62,7 @@ impl Pipeline {
                 stages: Vec::new(),
                 pca: Default::default(),
                 ridge: Default::default(),
+                solver: Default::default(),
                 run: Default::default(),
             },
         }

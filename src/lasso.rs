@@ -5,7 +5,7 @@
 //! from `λ_max` down uses warm starts. The intercept `b = ȳ − wᵀz̄` is unpenalised and
 //! left to the caller.
 //!
-//! This module is the solver; the pipeline does not call it yet.
+//! This module is the solver; `pipeline/sparse.rs` runs it as the model's learner.
 
 use std::ops::Range;
 
@@ -134,6 +134,11 @@ pub fn fit(p: &Problem, pen: &Penalty, l1: f64, warm: Option<&[f64]>) -> Fit {
 
 /// [`fit`] to a gap of at most `rel_gap`·`c_yy`.
 pub fn fit_to(p: &Problem, pen: &Penalty, l1: f64, warm: Option<&[f64]>, rel_gap: f64) -> Fit {
+    fit_limited(p, pen, l1, warm, rel_gap, MAX_SWEEPS)
+}
+
+/// [`fit_to`] with at most `max_sweeps` sweeps; the gap reached is reported either way.
+pub fn fit_limited(p: &Problem, pen: &Penalty, l1: f64, warm: Option<&[f64]>, rel_gap: f64, max_sweeps: usize) -> Fit {
     let (d, l2) = (p.dim, pen.l2());
     let mut w = warm.map_or_else(|| vec![0.0; d], <[f64]>::to_vec);
     // g = Cw (without λ₂), kept up to date by every coordinate step.
@@ -175,9 +180,9 @@ pub fn fit_to(p: &Problem, pen: &Penalty, l1: f64, warm: Option<&[f64]>, rel_gap
                 }
             }
         }
-        if sweeps % 5 == 0 || sweeps == 1 || sweeps >= MAX_SWEEPS {
+        if sweeps % 5 == 0 || sweeps == 1 || sweeps >= max_sweeps {
             let (objective, gap) = objective_and_gap(p, pen, l1, &w);
-            if gap <= tol || sweeps >= MAX_SWEEPS {
+            if gap <= tol || sweeps >= max_sweeps {
                 return Fit { l1, w, objective, gap, sweeps };
             }
         }
@@ -200,7 +205,11 @@ fn group_step(p: &Problem, l2: f64, t: f64, grp: &Range<usize>, w: &[f64], g: &[
     // Step 1/L with L ≥ λ_max(C_gg + λ₂I): the largest absolute row sum bounds it.
     let lip = (0..m).map(|a| (0..m).map(|b| cgg[a * m + b].abs()).sum::<f64>()).fold(0.0, f64::max) + l2;
     let mut x: Vec<f64> = idx.iter().map(|&j| w[j]).collect();
-    for _ in 0..10_000 {
+    // Each step lowers the block's objective, so a bounded number per visit still
+    // converges through the outer sweeps; large groups (a stage of thousands of
+    // features) would otherwise spend the whole fit in one block.
+    let steps = if m > 64 { 50 } else { 10_000 };
+    for _ in 0..steps {
         let grad: Vec<f64> =
             (0..m).map(|a| (0..m).map(|b| cgg[a * m + b] * x[b]).sum::<f64>() + l2 * x[a] - rho[a]).collect();
         let y: Vec<f64> = x.iter().zip(&grad).map(|(xi, gi)| xi - gi / lip).collect();

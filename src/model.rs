@@ -82,6 +82,9 @@ pub struct ModelHeader {
     /// The error-correcting output code's rows, one per class (absent: one-vs-all).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub code: Option<Vec<Vec<i8>>>,
+    /// The sparse learner's path (`[solver] kind`; absent for ridge).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sparse: Option<SparseTable>,
 }
 
 fn one() -> u32 {
@@ -110,6 +113,41 @@ pub struct ValidationTable {
     /// Rows of the final solve when the model was refitted at the chosen λ on the
     /// training and validation rows together (`ridge.refit`); absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refit_rows: Option<u64>,
+}
+
+/// The path of a sparse learner (`[solver] kind`): λ₁ values from `λ_max` down, with
+/// each point's duality gap, nonzero coefficients, active groups and validation score.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SparseTable {
+    /// `lasso`, `elastic_net` or `group_lasso`.
+    pub kind: String,
+    /// `raw` (the features) or `pca` (the principal components).
+    pub basis: String,
+    /// `λ₂`.
+    pub l2: f64,
+    /// λ₁ per point (one point when λ₁ was fixed).
+    #[serde(with = "json_f64::vec")]
+    pub path: Vec<f64>,
+    /// The largest duality gap over outputs, relative to `c_yy`, per point.
+    #[serde(with = "json_f64::vec")]
+    pub gap: Vec<f64>,
+    /// Basis coefficients nonzero in some output, per point.
+    pub nonzeros: Vec<usize>,
+    /// The groups (the stages) in the raw basis.
+    pub groups: Vec<String>,
+    /// The active groups per point.
+    pub active: Vec<Vec<usize>>,
+    /// `accuracy` or `rmse` when λ₁ was chosen on validation files.
+    pub metric: Option<String>,
+    /// The validation score per point.
+    #[serde(with = "json_f64::vec")]
+    pub score: Vec<f64>,
+    /// Validation rows scored.
+    pub validation_rows: u64,
+    /// The chosen point.
+    pub chosen: usize,
+    /// Rows of the refit on train ∪ validation, when one ran.
     pub refit_rows: Option<u64>,
 }
 
@@ -406,6 +444,7 @@ impl ModelHeader {
             projections: Vec::new(),
             solver: None,
             code: None,
+            sparse: None,
         }
     }
 }

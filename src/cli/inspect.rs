@@ -71,6 +71,7 @@ pub fn run(a: Args) -> Result<()> {
         h.dim, h.components, h.components_requested, h.outputs
     );
     let how = match (&h.validation, &h.gcv) {
+        _ if h.sparse.is_some() => String::new(),
         (Some(v), _) => format!(
             " (by {} on {} validation rows{})",
             v.metric,
@@ -80,7 +81,10 @@ pub fn run(a: Args) -> Result<()> {
         (None, Some(_)) => " (GCV)".into(),
         (None, None) => " (fixed)".into(),
     };
-    s += &format!("lambda: {}{how}\n", sketchfit::pipeline::stream::lambda_text(&h.lambdas));
+    match &h.sparse {
+        None => s += &format!("lambda: {}{how}\n", sketchfit::pipeline::stream::lambda_text(&h.lambdas)),
+        Some(t) => s += &sparse_text(t),
+    }
     if let Some(rows) = &h.code {
         let len = rows.first().map_or(0, Vec::len);
         let closest = (0..rows.len())
@@ -120,6 +124,50 @@ pub fn run(a: Args) -> Result<()> {
         s += &format!("top eigenvalues: {}\n", top.join(" "));
     }
     super::print_out(&s)
+}
+
+/// The sparse learner's path: λ₁, the choice, and where along the path the active set
+/// of groups changes.
+fn sparse_text(t: &sketchfit::model::SparseTable) -> String {
+    let mut s = format!("solver: {} in the {} basis", t.kind, t.basis);
+    if t.l2 > 0.0 {
+        s += &format!(", λ₂ = {:.4e}", t.l2);
+    }
+    let l1 = t.path.get(t.chosen).copied().unwrap_or(f64::NAN);
+    match &t.metric {
+        Some(m) => {
+            s += &format!(
+                "\nlambda₁: {l1:.4e} (point {} of a {}-point path from {:.4e}, by {m} {:.6} on {} validation rows{})",
+                t.chosen + 1,
+                t.path.len(),
+                t.path.first().copied().unwrap_or(f64::NAN),
+                t.score.get(t.chosen).copied().unwrap_or(f64::NAN),
+                t.validation_rows,
+                t.refit_rows.map_or(String::new(), |n| format!(", then refitted on {n} rows"))
+            )
+        }
+        None => s += &format!("\nlambda₁: {l1:.4e} (fixed)"),
+    }
+    s += &format!(
+        "; {} nonzero coefficients, duality gap {:.1e} of c_yy\n",
+        t.nonzeros.get(t.chosen).copied().unwrap_or(0),
+        t.gap.get(t.chosen).copied().unwrap_or(f64::NAN)
+    );
+    if !t.groups.is_empty() {
+        let mut last: Option<&Vec<usize>> = None;
+        for (i, act) in t.active.iter().enumerate() {
+            if last != Some(act) {
+                let names: Vec<&str> = act.iter().filter_map(|&g| t.groups.get(g).map(String::as_str)).collect();
+                s += &format!(
+                    "  from λ₁ = {:.4e}: active groups {}\n",
+                    t.path[i],
+                    if names.is_empty() { "none".to_string() } else { names.join(", ") }
+                );
+                last = Some(act);
+            }
+        }
+    }
+    s
 }
 
 /// A scree plot: eigenvalue against index, log₁₀ scale, one line per spectrum, with a

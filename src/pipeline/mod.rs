@@ -18,6 +18,7 @@ mod projection;
 pub mod run;
 mod shards;
 mod solve_step;
+mod sparse;
 pub mod spec;
 mod spec_toml;
 mod state;

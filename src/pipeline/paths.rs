@@ -50,6 +50,11 @@ pub(crate) fn solve_path(spec: &PipelineSpec, use_pca: bool, semi: bool) -> Resu
     let zero = matches!(lambda, LambdaChoice::Fixed(l) if l == 0.0);
     let direct = !use_pca && !semi;
     let refuse = |why: &str| Err(Error::config(spec.source.as_str(), "ridge.solver", why.to_string()));
+    // The sparse learners work on the dense centred covariance (raw basis) or after the
+    // dense PCA: the eigen path's memory bounds both.
+    if spec.solver.kind != crate::pipeline::spec::SolverKind::Ridge {
+        return Ok(SolvePath::Eigen);
+    }
     match spec.ridge.solver {
         SolvePath::Auto if !direct || zero => Ok(SolvePath::Eigen),
         SolvePath::Auto if fixed_positive => Ok(SolvePath::Cholesky),

@@ -237,6 +237,9 @@ pub(crate) fn finish(
     pcas: Option<Vec<StagePca>>,
     say: &mut dyn FnMut(&str),
 ) -> Result<Model> {
+    if spec.solver.kind != crate::pipeline::spec::SolverKind::Ridge {
+        return crate::pipeline::sparse::finish_sparse(spec, pipeline, stages, classes, code, features, state, say);
+    }
     let start = std::time::Instant::now();
     let lambda = spec.lambda()?;
     let use_validation = !spec.data.validation.is_empty() && !matches!(lambda, LambdaChoice::Fixed(_));

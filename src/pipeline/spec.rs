@@ -193,6 +193,91 @@ impl Default for RidgeSpec {
     }
 }
 
+/// `solver.kind`: the learner fitted on the statistics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SolverKind {
+    /// Ridge regression (`[ridge]`).
+    #[default]
+    Ridge,
+    /// `½‖y − Zw‖² + λ₁‖w‖₁`.
+    Lasso,
+    /// The lasso plus `(λ₂/2)‖w‖²`.
+    ElasticNet,
+    /// `Σ_g √|g| ‖w_g‖` over the stages (kernels), plus `(λ₂/2)‖w‖²`.
+    GroupLasso,
+}
+
+impl SolverKind {
+    /// The name in pipeline files.
+    pub fn name(self) -> &'static str {
+        match self {
+            SolverKind::Ridge => "ridge",
+            SolverKind::Lasso => "lasso",
+            SolverKind::ElasticNet => "elastic_net",
+            SolverKind::GroupLasso => "group_lasso",
+        }
+    }
+}
+
+/// `[solver]`: the sparse and grouped penalties of math.md §13.10, fitted by coordinate
+/// descent on the centred statistics (ridge keeps its own section).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SolverSpec {
+    /// `"ridge"` (default), `"lasso"`, `"elastic_net"` or `"group_lasso"`.
+    #[serde(default)]
+    pub kind: SolverKind,
+    /// A fixed `λ₁ > 0`; default: the path scored on `data.validation`.
+    #[serde(default)]
+    pub lambda: Option<f64>,
+    /// `λ₂ ≥ 0` of the elastic net and the group lasso.
+    #[serde(default)]
+    pub l2: f64,
+    /// Values on the path from `λ_max` down (30–100 usual).
+    #[serde(default = "default_path")]
+    pub path: usize,
+    /// The path's last value as a share of `λ_max`.
+    #[serde(default = "default_ratio")]
+    pub ratio: f64,
+    /// Stop a fit when its duality gap is at most this share of `c_yy`.
+    #[serde(default = "default_tolerance")]
+    pub tolerance: f64,
+    /// Sweeps over the coordinates at most per fit (the gap reached is reported).
+    #[serde(default = "default_sweeps")]
+    pub max_sweeps: usize,
+}
+
+fn default_tolerance() -> f64 {
+    1e-4
+}
+
+fn default_sweeps() -> usize {
+    1000
+}
+
+fn default_path() -> usize {
+    50
+}
+
+fn default_ratio() -> f64 {
+    1e-2
+}
+
+impl Default for SolverSpec {
+    fn default() -> Self {
+        SolverSpec {
+            kind: SolverKind::Ridge,
+            lambda: None,
+            l2: 0.0,
+            path: default_path(),
+            ratio: default_ratio(),
+            tolerance: default_tolerance(),
+            max_sweeps: default_sweeps(),
+        }
+    }
+}
+
 /// How the accumulator shift `μ` is chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -284,11 +369,72 @@ pub struct PipelineSpec {
     pub pca: PcaSpec,
     /// Ridge.
     pub ridge: RidgeSpec,
+    /// The learner (ridge by default).
+    #[serde(default)]
+    pub solver: SolverSpec,
     /// Run settings.
     pub run: RunSpec,
 }
 
 impl PipelineSpec {
+    fn check_solver(&self) -> Result<()> {
+        let f = self.source.as_str();
+        let sv = &self.solver;
+        if sv.kind == SolverKind::Ridge {
+            if *sv != SolverSpec::default() {
+                return Err(Error::config(
+                    f,
+                    "solver.kind",
+                    "the [solver] keys are for lasso, elastic_net and group_lasso",
+                ));
+            }
+            return Ok(());
+        }
+        if let Some(l) = sv.lambda {
+            if !(l.is_finite() && l > 0.0) {
+                return Err(Error::config(f, "solver.lambda", format!("must be a number > 0, got {l}")));
+            }
+        } else if self.data.validation.is_empty() {
+            return Err(Error::config(
+                f,
+                "solver.lambda",
+                "give a λ₁ > 0, or data.validation files to choose it along the path",
+            ));
+        }
+        if !(sv.l2.is_finite() && sv.l2 >= 0.0) {
+            return Err(Error::config(f, "solver.l2", format!("must be a number ≥ 0, got {}", sv.l2)));
+        }
+        if sv.kind == SolverKind::Lasso && sv.l2 != 0.0 {
+            return Err(Error::config(f, "solver.l2", "is for elastic_net and group_lasso; the lasso has none"));
+        }
+        if !(2..=1000).contains(&sv.path) {
+            return Err(Error::config(f, "solver.path", format!("must be from 2 to 1000 values, got {}", sv.path)));
+        }
+        if !(sv.ratio > 0.0 && sv.ratio < 1.0) {
+            return Err(Error::config(f, "solver.ratio", format!("must be in (0, 1), got {}", sv.ratio)));
+        }
+        if !(sv.tolerance > 0.0 && sv.tolerance < 1.0) {
+            return Err(Error::config(f, "solver.tolerance", format!("must be in (0, 1), got {}", sv.tolerance)));
+        }
+        if sv.max_sweeps == 0 {
+            return Err(Error::config(f, "solver.max_sweeps", "must be ≥ 1"));
+        }
+        if self.passes != 1 {
+            return Err(Error::config(f, "solver.kind", "the sparse learners run on one pass (passes = 1)"));
+        }
+        if sv.kind == SolverKind::GroupLasso && self.components() != Components::All {
+            return Err(Error::config(
+                f,
+                "solver.kind",
+                "group_lasso's groups are the stages' features: it needs the raw basis (no [pca])",
+            ));
+        }
+        if !self.data.unlabeled.is_empty() && self.components() == Components::All {
+            return Err(Error::config(f, "data.unlabeled", "unlabeled rows enter a PCA; the raw basis has none"));
+        }
+        Ok(())
+    }
+
     /// Checks every setting a pipeline file's would be checked for, except that training
     /// files are given (a pipeline built in code may fit on batches in memory).
     pub fn check(&self) -> Result<()> {
@@ -380,6 +526,7 @@ impl PipelineSpec {
         if self.data.null_labels == NullLabels::Unlabeled && self.task != Task::Classification {
             return Err(Error::config(f, "data.null_labels", "null labels as unlabeled rows is for classification"));
         }
+        self.check_solver()?;
         if self.run.chunk_rows == 0 || self.run.chunk_rows > 1 << 22 {
             return Err(Error::config(f, "run.chunk_rows", "must be from 1 to 4194304"));
         }

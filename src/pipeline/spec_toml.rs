@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::pipeline::spec::{DataSpec, Task};
 use crate::sketch::StageSpec;
 
-const TOP_KEYS: &[&str] = &["task", "passes", "data", "stages", "pca", "ridge", "run"];
+const TOP_KEYS: &[&str] = &["task", "passes", "data", "stages", "pca", "ridge", "solver", "run"];
 
 impl PipelineSpec {
     /// Reads and validates a pipeline file with `--set` overrides (`key=value`).
@@ -99,6 +99,7 @@ impl PipelineSpec {
             stages,
             pca: section(&mut table, "pca", file)?,
             ridge: section(&mut table, "ridge", file)?,
+            solver: section(&mut table, "solver", file)?,
             run: section(&mut table, "run", file)?,
         };
         if spec.data.train.is_empty() {

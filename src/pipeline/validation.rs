@@ -5,7 +5,7 @@ use crate::codes::OutputCode;
 use crate::error::{Error, Result};
 use crate::model::ValidationTable;
 use crate::pipeline::plan::ColumnsFor;
-use crate::pipeline::projection::project;
+use crate::pipeline::projection::{project, StagePca};
 use crate::pipeline::spec::{Metric, PipelineSpec};
 use crate::pipeline::state::Solved;
 use crate::pipeline::state::State;
@@ -16,50 +16,103 @@ use crate::stats::GramStats;
 
 /// The solved space's features `φ(x) − mean_L` of a chunk, where φ is `z` (one pass) or
 /// the projection (two passes): every λ's validation scores are linear in them.
-pub(crate) fn centred_features(solved: &Solved, z: &[f32], rows: usize, dim: usize) -> (Vec<f64>, Vec<f64>, usize) {
-    let (phi, width): (Vec<f64>, usize) = match &solved.pcas {
+fn centred_features(
+    pcas: Option<&[StagePca]>,
+    mean: &[f64],
+    z: &[f32],
+    rows: usize,
+    dim: usize,
+) -> (Vec<f64>, Vec<f64>, usize) {
+    let (phi, width): (Vec<f64>, usize) = match pcas {
         None => (z[..rows * dim].iter().map(|&v| f64::from(v)).collect(), dim),
         Some(p) => {
             let e = p.iter().map(|x| x.e).sum();
             (project(p, z, rows, dim), e)
         }
     };
-    let mean = &solved.labeled.mean;
     let centred = phi.chunks_exact(width.max(1)).flat_map(|r| r.iter().zip(mean).map(|(v, m)| v - m)).collect();
     (phi, centred, width)
 }
 
+/// The validation rows' squared errors and right answers under several weight sets.
+pub(crate) struct SetScores {
+    /// Rows scored.
+    pub(crate) rows: u64,
+    /// Per set, per output: Σ (score − target)².
+    pub(crate) sq: Vec<Vec<f64>>,
+    /// Per set: rows classified right (classification).
+    pub(crate) right: Vec<u64>,
+}
+
+impl SetScores {
+    /// Per set, per output: the RMSE.
+    pub(crate) fn rmse(&self) -> Vec<Vec<f64>> {
+        let n = self.rows.max(1) as f64;
+        self.sq.iter().map(|v| v.iter().map(|s| (s / n).sqrt()).collect()).collect()
+    }
+
+    /// Per set: accuracy, or the mean RMSE over outputs.
+    pub(crate) fn score(&self, metric: Metric) -> Vec<f64> {
+        let n = self.rows.max(1) as f64;
+        match metric {
+            Metric::Accuracy => self.right.iter().map(|&r| r as f64 / n).collect(),
+            Metric::Rmse => self.rmse().iter().map(|v| v.iter().sum::<f64>() / v.len().max(1) as f64).collect(),
+        }
+    }
+}
+
+/// The index of the best score; ties go to the later set when `ties_later`, else to the
+/// earlier (callers send ties to the larger λ: more regularisation).
+pub(crate) fn best_index(score: &[f64], metric: Metric, ties_later: bool) -> usize {
+    let better = |a: f64, b: f64| match metric {
+        Metric::Accuracy => a > b || (ties_later && a == b),
+        Metric::Rmse => a < b || (ties_later && a == b),
+    };
+    let mut best = 0;
+    for i in 1..score.len() {
+        if better(score[i], score[best]) {
+            best = i;
+        }
+    }
+    best
+}
+
+/// The solved space a set of weights lives in: its per-stage projections (two passes)
+/// and the labeled means the weights are centred on.
+pub(crate) struct Space<'a> {
+    pub(crate) pcas: Option<&'a [StagePca]>,
+    pub(crate) mean: &'a [f64],
+    pub(crate) ymean: &'a [f64],
+}
+
+/// Scores every weight set (`width × c` each, on the centred features of `space`) on
+/// the validation files in one stream: one product per chunk with all sets side by
+/// side. With `refit`, the validation rows' statistics are taken in the same stream.
 #[allow(clippy::expect_used)] // Invariant: `q` is rows × qw by construction just above.
-pub(crate) fn validate(
+pub(crate) fn score_sets(
     spec: &PipelineSpec,
     prep_pipeline: &FeaturePipeline,
     classes: Option<(&Classes, &OutputCode)>,
-    solved: &Solved,
+    space: &Space,
+    sets: &[Vec<f64>],
     mut refit: Option<&mut GramStats>,
-    say: &mut dyn FnMut(&str),
-) -> Result<(ValidationTable, Vec<f64>)> {
+) -> Result<SetScores> {
     let ds = Dataset::open(&spec.data.validation, ColumnsFor::labeled(spec))?;
-    let grid = solved.ridge.grid();
-    let (c, dim) = (solved.ridge.outputs(), prep_pipeline.output_dim());
-    let ymean = &solved.labeled.ymean;
-    let mut sq = vec![vec![0.0; c]; grid.len()];
-    let mut right = vec![0u64; grid.len()];
+    let (c, dim) = (space.ymean.len(), prep_pipeline.output_dim());
+    let ymean = space.ymean;
+    let mut sq = vec![vec![0.0; c]; sets.len()];
+    let mut right = vec![0u64; sets.len()];
     let mut rows = 0u64;
     let threads = spec.threads();
     let mut z = Vec::new();
-    // Every λ's weights side by side (`width × (grid · c)`), so one product per chunk
-    // scores the whole grid; the centred features need no intercept but ȳ.
-    let sets: Vec<Vec<f64>> = grid.iter().map(|&l| vec![l; c]).collect();
-    let per_lambda = solved.ridge.weights(&sets, &solved.labeled);
-    let width = per_lambda.first().map_or(0, |(w, _)| w.len() / c.max(1));
-    let cols = grid.len() * c;
-    let all_w = ndarray::Array2::from_shape_fn((width, cols), |(i, j)| per_lambda[j / c].0[i * c + j % c]);
-    drop(per_lambda);
+    let width = sets.first().map_or(0, |w| w.len() / c.max(1));
+    let cols = sets.len() * c;
+    let all_w = ndarray::Array2::from_shape_fn((width, cols), |(i, j)| sets[j / c][i * c + j % c]);
     crate::pipeline::stream::stream(&ds, &ds.units(), spec.run.chunk_rows, &mut |ch: Chunk| {
         check_nonnegative(prep_pipeline, &ch, &ds.features)?;
         z.resize(ch.rows * dim, 0.0);
         prep_pipeline.map_chunk(&ch.x, ch.rows, &mut z, threads);
-        let (phi, q, qw) = centred_features(solved, &z, ch.rows, dim);
+        let (phi, q, qw) = centred_features(space.pcas, space.mean, &z, ch.rows, dim);
         let (truth, y): (Vec<u32>, Vec<f64>) = match classes {
             Some((cl, code)) => {
                 let loc = ch.location.clone().column(spec.data.label.clone().unwrap_or_default());
@@ -74,16 +127,16 @@ pub(crate) fn validate(
         };
         if let Some(st) = refit.as_deref_mut() {
             // The refit's statistics, in the space the training statistics are in.
-            match &solved.pcas {
+            match space.pcas {
                 None => st.add_with(&z[..ch.rows * dim], &y, ch.rows, threads, spec.run.gram)?,
                 Some(_) => st.add_f64(&phi, &y, ch.rows, threads)?,
             }
         }
         let qv = ndarray::ArrayView2::from_shape((ch.rows, qw), &q).expect("chunk features match the solved width");
         let f_all = qv.dot(&all_w);
-        // One buffer for every λ's scores of this chunk.
+        // One buffer for every set's scores of this chunk.
         let mut scores = vec![0.0; ch.rows * c];
-        for li in 0..grid.len() {
+        for li in 0..sets.len() {
             let f = f_all.slice_axis(ndarray::Axis(1), ndarray::Slice::from(li * c..(li + 1) * c));
             for r in 0..ch.rows {
                 for j in 0..c {
@@ -99,24 +152,31 @@ pub(crate) fn validate(
         rows += ch.rows as u64;
         Ok(())
     })?;
-    let n = rows.max(1) as f64;
-    let rmse: Vec<Vec<f64>> = sq.iter().map(|v| v.iter().map(|s| (s / n).sqrt()).collect()).collect();
+    Ok(SetScores { rows, sq, right })
+}
+
+/// λ by validation: every λ of the grid scored in one stream, the best kept.
+pub(crate) fn validate(
+    spec: &PipelineSpec,
+    prep_pipeline: &FeaturePipeline,
+    classes: Option<(&Classes, &OutputCode)>,
+    solved: &Solved,
+    refit: Option<&mut GramStats>,
+    say: &mut dyn FnMut(&str),
+) -> Result<(ValidationTable, Vec<f64>)> {
+    let grid = solved.ridge.grid();
+    let c = solved.ridge.outputs();
+    let lambda_sets: Vec<Vec<f64>> = grid.iter().map(|&l| vec![l; c]).collect();
+    let sets: Vec<Vec<f64>> = solved.ridge.weights(&lambda_sets, &solved.labeled).into_iter().map(|(w, _)| w).collect();
+    let space = Space { pcas: solved.pcas.as_deref(), mean: &solved.labeled.mean, ymean: &solved.labeled.ymean };
+    let scores = score_sets(spec, prep_pipeline, classes, &space, &sets, refit)?;
+    drop(sets);
+    let rows = scores.rows;
+    let rmse = scores.rmse();
     let metric = spec.metric();
-    let score: Vec<f64> = match metric {
-        Metric::Accuracy => right.iter().map(|&r| r as f64 / n).collect(),
-        Metric::Rmse => rmse.iter().map(|v| v.iter().sum::<f64>() / c as f64).collect(),
-    };
-    // Best score; ties go to the larger λ (more regularisation).
-    let better = |a: f64, b: f64| match metric {
-        Metric::Accuracy => a >= b,
-        Metric::Rmse => a <= b,
-    };
-    let mut best = 0;
-    for i in 1..grid.len() {
-        if better(score[i], score[best]) {
-            best = i;
-        }
-    }
+    let score = scores.score(metric);
+    // Ties go to the larger λ (more regularisation): the grid runs from small to large.
+    let best = best_index(&score, metric, true);
     let chosen: Vec<f64> = if spec.ridge.per_output {
         (0..c)
             .map(|j| {

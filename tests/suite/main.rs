@@ -14,5 +14,6 @@ mod end_to_end;
 mod gaussian_mmd;
 mod golden;
 mod golden_maps;
+mod sparse_solvers;
 mod streaming_vs_dense;
 mod tensor_sketch_stats;
