@@ -271,6 +271,9 @@ pub(crate) fn finish_sparse(
             basis.k,
             points[chosen].gap
         ));
+        if chosen + 1 == grid.len() {
+            say("warning: the best λ₁ is the path's last point; a smaller solver.ratio may score better");
+        }
         table.metric = Some(if metric == Metric::Accuracy { "accuracy".into() } else { "rmse".into() });
         table.score = score;
         table.validation_rows = scores.rows;
@@ -326,6 +329,12 @@ fn model(
 ) -> Result<Model> {
     let Settled { basis, point, mut table, chosen, start, dim } = settled;
     let c = basis.outputs();
+    if point.gap > spec.solver.tolerance {
+        say(&format!(
+            "warning: the fit stopped after solver.max_sweeps = {} with a duality gap of {:.1e} of c_yy (tolerance {:.0e}); raise max_sweeps for a tighter fit",
+            spec.solver.max_sweeps, point.gap, spec.solver.tolerance
+        ));
+    }
     let (weights, bias) = basis.fold(&point.coef);
     table.chosen = chosen;
     if !table.groups.is_empty() {
