@@ -514,6 +514,13 @@ fn random_pipeline(r: &mut sketchfit::rng::StageRng) -> String {
     if r.below(3) == 0 {
         stage += &format!("normalize = \"{}\"\n", pick(r, &["l2", "l2", "l1", "none", "none", "bogus"]));
     }
+    if r.below(6) == 0 {
+        stage += &format!(
+            "down = \"{}\"\ndown_dim = {}\n",
+            pick(r, &["srht", "gaussian", "bogus"]),
+            pick(r, &["1", "8", "8", "0", "100000"])
+        );
+    }
     let task = if r.below(5) == 0 { "task = \"regression\"\n" } else { "" };
     let target = if task.is_empty() { "label = \"label\"" } else { "targets = [\"label\"]" };
     let pca = match r.below(5) {
@@ -532,8 +539,19 @@ fn random_pipeline(r: &mut sketchfit::rng::StageRng) -> String {
     };
     let validation = if r.below(4) == 0 { "validation = [\"t.parquet\"]\n" } else { "" };
     let refit = pick(r, &["true", "true", "false"]);
+    // The sparse learners, fixed λ₁ or by validation, with short paths and sweep caps.
+    let sparse = match r.below(5) {
+        0 => format!(
+            "[solver]\nkind = \"{}\"\n{}path = 5\nmax_sweeps = {}\nl2 = {}\n",
+            pick(r, &["lasso", "elastic_net", "group_lasso", "ridge"]),
+            pick(r, &["lambda = 0.5\n", "lambda = 0.5\n", "", "lambda = -1\n"]),
+            pick(r, &["50", "1", "0"]),
+            pick(r, &["0.0", "0.0", "1.0"])
+        ),
+        _ => String::new(),
+    };
     format!(
-        "{task}[data]\ntrain = [\"t.parquet\"]\n{validation}features = [\"f*\"]\n{target}\n\n{stage}\n{pca}\n[ridge]\nlambda = {lambda}\nsolver = \"{solver}\"\nrefit = {refit}\n{codes}\n[run]\ngram = \"{gram}\"\nsample_rows = 50\n"
+        "{task}[data]\ntrain = [\"t.parquet\"]\n{validation}features = [\"f*\"]\n{target}\n\n{stage}\n{pca}\n[ridge]\nlambda = {lambda}\nsolver = \"{solver}\"\nrefit = {refit}\n{codes}\n{sparse}[run]\ngram = \"{gram}\"\nsample_rows = 50\n"
     )
 }
 
