@@ -4,12 +4,9 @@
 //! (`exp_chi2.rs` builds exp-χ² on the direct series). All series arithmetic is f64;
 //! outputs are f32.
 
-use serde::{Deserialize, Serialize};
-
-use super::down::DownKind;
-use super::family::{chi2_terms, defaults, fail, weight, Checked, Family, Sample};
+use super::family::{chi2_terms, defaults, fail, family_spec, no_fitting, weight, Checked, Family, Sample};
 use super::params::{PResult, ParamArray, Params};
-use super::{FeatureMap, Kernel, Normalize, Sketch};
+use super::{FeatureMap, Kernel, Sketch};
 use crate::rng::StageRng;
 
 /// The direct χ² series map `R^d → R^{dN}`, feature `i N + (n − 1)`.
@@ -204,31 +201,19 @@ pub fn chi2_distance(x: &[f32], y: &[f32]) -> f64 {
         .sum()
 }
 
-/// `kind = "chi2"`: the direct additive-χ² series with `terms` parameters per coordinate.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Chi2Spec {
-    /// `N`, terms per coordinate (output `d·N`).
-    #[serde(default = "defaults::terms")]
-    pub terms: usize,
-    /// `k_1..k_N`; empty: fitted greedily on the pre-pass sample.
-    #[serde(default)]
-    pub k: Vec<f64>,
-    /// Histogram bins of the fit.
-    #[serde(default = "defaults::bins")]
-    pub bins: usize,
-    /// Input row normalisation (`l1` turns counts into histograms).
-    #[serde(default)]
-    pub normalize: Normalize,
-    /// Weight of the stage in a concatenation.
-    #[serde(default = "defaults::weight")]
-    pub weight: f64,
-    /// Down-projection after the map, `"srht"` or `"gaussian"` (none by default).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub down: Option<DownKind>,
-    /// Output dimension of the down-projection.
-    #[serde(default, skip_serializing_if = "defaults::is_zero")]
-    pub down_dim: usize,
+family_spec! {
+    /// `kind = "chi2"`: the direct additive-χ² series with `terms` parameters per coordinate.
+    pub struct Chi2Spec {
+        /// `N`, terms per coordinate (output `d·N`).
+        #[serde(default = "defaults::terms")]
+        pub terms: usize,
+        /// `k_1..k_N`; empty: fitted greedily on the pre-pass sample.
+        #[serde(default)]
+        pub k: Vec<f64>,
+        /// Histogram bins of the fit.
+        #[serde(default = "defaults::bins")]
+        pub bins: usize,
+    }
 }
 
 /// A χ² stage with its `k`'s settled (`terms` of them).
@@ -247,9 +232,6 @@ impl Family for Chi2Spec {
     type Fitted = Chi2Fitted;
     const NONNEGATIVE: bool = true;
 
-    fn common(&self) -> (Normalize, f64) {
-        (self.normalize, self.weight)
-    }
     fn check(&self, _d: Option<usize>) -> Checked {
         weight(self.weight)?;
         chi2_terms(self.terms, &self.k, self.bins, 64)
@@ -280,49 +262,25 @@ impl Family for Chi2Spec {
     }
 }
 
-/// `kind = "chi2_chebyshev"`: the Chebyshev approximation of the additive χ² kernel.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Chi2ChebyshevSpec {
-    /// `Q`, coefficients per coordinate (output `d·Q`).
-    #[serde(default = "defaults::cheb_terms")]
-    pub terms: usize,
-    /// Input row normalisation.
-    #[serde(default)]
-    pub normalize: Normalize,
-    /// Weight of the stage in a concatenation.
-    #[serde(default = "defaults::weight")]
-    pub weight: f64,
-    /// Down-projection after the map, `"srht"` or `"gaussian"` (none by default).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub down: Option<DownKind>,
-    /// Output dimension of the down-projection.
-    #[serde(default, skip_serializing_if = "defaults::is_zero")]
-    pub down_dim: usize,
+family_spec! {
+    /// `kind = "chi2_chebyshev"`: the Chebyshev approximation of the additive χ² kernel.
+    pub struct Chi2ChebyshevSpec {
+        /// `Q`, coefficients per coordinate (output `d·Q`).
+        #[serde(default = "defaults::cheb_terms")]
+        pub terms: usize,
+    }
 }
 
 impl Family for Chi2ChebyshevSpec {
-    type Fitted = Chi2ChebyshevSpec;
+    no_fitting!();
     const NONNEGATIVE: bool = true;
 
-    fn common(&self) -> (Normalize, f64) {
-        (self.normalize, self.weight)
-    }
     fn check(&self, _d: Option<usize>) -> Checked {
         weight(self.weight)?;
         if self.terms == 0 || self.terms > 400 {
             return fail("terms", format!("must be from 1 to 400, got {}", self.terms));
         }
         Ok(())
-    }
-    fn fitted(&self) -> Option<Self> {
-        Some(self.clone())
-    }
-    fn fit(&self, _sample: &Sample) -> Self {
-        self.clone()
-    }
-    fn settled(fitted: &Self) -> Self {
-        fitted.clone()
     }
     fn dim(&self) -> Option<usize> {
         Some(self.terms)

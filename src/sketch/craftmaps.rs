@@ -7,11 +7,11 @@
 use serde::{Deserialize, Serialize};
 
 use super::down::DownKind;
-use super::family::{defaults, dim, eta, fail, poly, weight, Checked, DownKeys, Family};
+use super::family::{defaults, dim, eta, fail, family_spec, no_fitting, poly, weight, Checked, Family};
 use super::maclaurin::{dot_kernel, DotKernel, DotKind, RandomMaclaurin};
 use super::params::{PResult, ParamArray, Params};
 use super::tensor::{PolyKernel, TensorSketch};
-use super::{FeatureMap, Kernel, Normalize, Sketch};
+use super::{FeatureMap, Kernel, Sketch};
 use crate::rng::StageRng;
 
 /// An up-projection followed by a down-projection.
@@ -54,49 +54,44 @@ pub enum UpKind {
     TensorSketch,
 }
 
-/// `kind = "craftmaps"`: up-project to `up_dim`, down-project to `dim`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CraftmapsSpec {
-    /// Up-projection family.
-    #[serde(default)]
-    pub up: UpKind,
-    /// Down-projection.
-    #[serde(default)]
-    pub down: DownKind,
-    /// Kernel (random Maclaurin up-projection).
-    #[serde(default)]
-    pub kernel: DotKind,
-    /// Degree `p ≥ 1` (polynomial).
-    #[serde(default = "defaults::degree")]
-    pub degree: u32,
-    /// Scale `γ > 0`.
-    #[serde(default = "defaults::gamma")]
-    pub gamma: f64,
-    /// Offset `c ≥ 0` (polynomial).
-    #[serde(default)]
-    pub offset: f64,
-    /// Output dimension `E`.
-    #[serde(default = "defaults::dim")]
-    pub dim: usize,
-    /// Up-projection dimension `D > E` (0: `8E`).
-    #[serde(default)]
-    pub up_dim: usize,
-    /// Order base `η > 1` (random Maclaurin).
-    #[serde(default = "defaults::eta")]
-    pub eta: f64,
-    /// H0/1 (random Maclaurin).
-    #[serde(default = "defaults::yes")]
-    pub h01: bool,
-    /// Hadamard-structured random Maclaurin up-projection.
-    #[serde(default)]
-    pub hadamard: bool,
-    /// Input row normalisation.
-    #[serde(default)]
-    pub normalize: Normalize,
-    /// Weight of the stage in a concatenation.
-    #[serde(default = "defaults::weight")]
-    pub weight: f64,
+family_spec! {
+    no_down;
+    /// `kind = "craftmaps"`: up-project to `up_dim`, down-project to `dim`.
+    pub struct CraftmapsSpec {
+        /// Up-projection family.
+        #[serde(default)]
+        pub up: UpKind,
+        /// Down-projection.
+        #[serde(default)]
+        pub down: DownKind,
+        /// Kernel (random Maclaurin up-projection).
+        #[serde(default)]
+        pub kernel: DotKind,
+        /// Degree `p ≥ 1` (polynomial).
+        #[serde(default = "defaults::degree")]
+        pub degree: u32,
+        /// Scale `γ > 0`.
+        #[serde(default = "defaults::gamma")]
+        pub gamma: f64,
+        /// Offset `c ≥ 0` (polynomial).
+        #[serde(default)]
+        pub offset: f64,
+        /// Output dimension `E`.
+        #[serde(default = "defaults::dim")]
+        pub dim: usize,
+        /// Up-projection dimension `D > E` (0: `8E`).
+        #[serde(default)]
+        pub up_dim: usize,
+        /// Order base `η > 1` (random Maclaurin).
+        #[serde(default = "defaults::eta")]
+        pub eta: f64,
+        /// H0/1 (random Maclaurin).
+        #[serde(default = "defaults::yes")]
+        pub h01: bool,
+        /// Hadamard-structured random Maclaurin up-projection.
+        #[serde(default)]
+        pub hadamard: bool,
+    }
 }
 
 impl CraftmapsSpec {
@@ -118,22 +113,9 @@ impl CraftmapsSpec {
     }
 }
 
-/// CRAFTMaps has its own down-projection (`down`, to `dim`).
-impl DownKeys for CraftmapsSpec {
-    fn down_keys(&self) -> (Option<DownKind>, usize) {
-        (None, 0)
-    }
-    fn with_down(&self, _down: Option<DownKind>, _down_dim: usize) -> Self {
-        self.clone()
-    }
-}
-
 impl Family for CraftmapsSpec {
-    type Fitted = CraftmapsSpec;
+    no_fitting!();
 
-    fn common(&self) -> (Normalize, f64) {
-        (self.normalize, self.weight)
-    }
     fn check(&self, _d: Option<usize>) -> Checked {
         weight(self.weight)?;
         poly(self.degree, self.gamma, self.offset)?;
@@ -150,15 +132,6 @@ impl Family for CraftmapsSpec {
             return fail("hadamard", "the Hadamard-structured up-projection is for random_maclaurin");
         }
         Ok(())
-    }
-    fn fitted(&self) -> Option<Self> {
-        Some(self.clone())
-    }
-    fn fit(&self, _sample: &super::Sample) -> Self {
-        self.clone()
-    }
-    fn settled(fitted: &Self) -> Self {
-        fitted.clone()
     }
     fn dim(&self) -> Option<usize> {
         Some(self.dim)

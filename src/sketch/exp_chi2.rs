@@ -1,14 +1,11 @@
 //! exp-χ² (Vempati et al. 2010; math.md §10.4): `exp(−β X²(x, y))` by the direct χ²
 //! series followed by Gaussian random Fourier features with `w ~ N(0, 2β I)`.
 
-use serde::{Deserialize, Serialize};
-
 use super::chi2::{chi2_distance, sample_k, Chi2Series};
-use super::down::DownKind;
-use super::family::{chi2_terms, defaults, positive_opt, rff_dim, weight, Checked, Family, Sample};
+use super::family::{chi2_terms, defaults, family_spec, positive_opt, rff_dim, weight, Checked, Family, Sample};
 use super::params::{PResult, ParamArray, Params};
 use super::rff::{Rff, RffVariant, ShiftKernel};
-use super::{FeatureMap, Kernel, Normalize, Sketch};
+use super::{FeatureMap, Kernel, Sketch};
 use crate::rng::StageRng;
 
 /// exp-χ²: the direct series followed by Gaussian random Fourier features with
@@ -40,40 +37,28 @@ impl FeatureMap for ExpChi2 {
     }
 }
 
-/// `kind = "exp_chi2"`: `exp(−β X²)` by the direct χ² series then Gaussian RFF.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExpChi2Spec {
-    /// `N`, χ² terms per coordinate.
-    #[serde(default = "defaults::terms")]
-    pub terms: usize,
-    /// `k_1..k_N`; empty: fitted.
-    #[serde(default)]
-    pub k: Vec<f64>,
-    /// Histogram bins of the fit.
-    #[serde(default = "defaults::bins")]
-    pub bins: usize,
-    /// `β > 0`; default `1/mean(X²)` over pre-pass sample pairs.
-    #[serde(default)]
-    pub beta: Option<f64>,
-    /// RFF layout.
-    #[serde(default)]
-    pub variant: RffVariant,
-    /// Output dimension `D`.
-    #[serde(default = "defaults::dim")]
-    pub dim: usize,
-    /// Input row normalisation.
-    #[serde(default)]
-    pub normalize: Normalize,
-    /// Weight of the stage in a concatenation.
-    #[serde(default = "defaults::weight")]
-    pub weight: f64,
-    /// Down-projection after the map, `"srht"` or `"gaussian"` (none by default).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub down: Option<DownKind>,
-    /// Output dimension of the down-projection.
-    #[serde(default, skip_serializing_if = "defaults::is_zero")]
-    pub down_dim: usize,
+family_spec! {
+    /// `kind = "exp_chi2"`: `exp(−β X²)` by the direct χ² series then Gaussian RFF.
+    pub struct ExpChi2Spec {
+        /// `N`, χ² terms per coordinate.
+        #[serde(default = "defaults::terms")]
+        pub terms: usize,
+        /// `k_1..k_N`; empty: fitted.
+        #[serde(default)]
+        pub k: Vec<f64>,
+        /// Histogram bins of the fit.
+        #[serde(default = "defaults::bins")]
+        pub bins: usize,
+        /// `β > 0`; default `1/mean(X²)` over pre-pass sample pairs.
+        #[serde(default)]
+        pub beta: Option<f64>,
+        /// RFF layout.
+        #[serde(default)]
+        pub variant: RffVariant,
+        /// Output dimension `D`.
+        #[serde(default = "defaults::dim")]
+        pub dim: usize,
+    }
 }
 
 /// An exp-χ² stage with its `k`'s and β settled.
@@ -89,9 +74,6 @@ impl Family for ExpChi2Spec {
     type Fitted = ExpChi2Fitted;
     const NONNEGATIVE: bool = true;
 
-    fn common(&self) -> (Normalize, f64) {
-        (self.normalize, self.weight)
-    }
     fn check(&self, _d: Option<usize>) -> Checked {
         weight(self.weight)?;
         chi2_terms(self.terms, &self.k, self.bins, 64)?;

@@ -44,9 +44,6 @@ pub(crate) trait Family:
     /// True when the stage's inputs must be non-negative (the χ² family).
     const NONNEGATIVE: bool = false;
 
-    /// Input normalisation and weight, the keys every family has.
-    fn common(&self) -> (Normalize, f64);
-
     /// Checks every key; with the input width `d` known, also the keys sized by it.
     fn check(&self, d: Option<usize>) -> Checked;
 
@@ -286,30 +283,100 @@ pub(crate) mod defaults {
     }
 }
 
-/// The `down` and `down_dim` keys every family but CRAFTMaps (which has its own) takes.
-pub(crate) trait DownKeys: Sized {
+/// The keys every stage has: `normalize`, `weight` and (all but CRAFTMaps, which has
+/// its own) `down` and `down_dim`. [`family_spec!`] implements it.
+pub(crate) trait CommonKeys: Sized {
+    /// Input normalisation and weight.
+    fn common(&self) -> (Normalize, f64);
     /// `down` and `down_dim` as given.
     fn down_keys(&self) -> (Option<DownKind>, usize);
-    /// The same stage with `down` and `down_dim` replaced.
+    /// The same stage with `down` and `down_dim` replaced (CRAFTMaps: unchanged).
     fn with_down(&self, down: Option<DownKind>, down_dim: usize) -> Self;
 }
 
-/// Implements [`DownKeys`] for spec structs with `down` and `down_dim` fields.
-macro_rules! down_keys {
-    ($($spec:ty),* $(,)?) => {
-        $(
-            impl $crate::sketch::family::DownKeys for $spec {
-                fn down_keys(&self) -> (Option<$crate::sketch::DownKind>, usize) {
-                    (self.down, self.down_dim)
-                }
-                fn with_down(&self, down: Option<$crate::sketch::DownKind>, down_dim: usize) -> Self {
-                    Self { down, down_dim, ..self.clone() }
-                }
+/// Declares a family's spec struct (the derives, `deny_unknown_fields`) with the keys
+/// every stage has appended after its own, and implements [`CommonKeys`] for it;
+/// `no_down;` leaves out `down` and `down_dim`.
+macro_rules! family_spec {
+    (no_down; $(#[$m:meta])* pub struct $name:ident { $($(#[$fm:meta])* pub $f:ident : $t:ty,)* }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct $name {
+            $($(#[$fm])* pub $f: $t,)*
+            /// Input row normalisation.
+            #[serde(default)]
+            pub normalize: $crate::sketch::Normalize,
+            /// Weight `w` of the stage in a concatenation (its kernel counts `w²`).
+            #[serde(default = "crate::sketch::family::defaults::weight")]
+            pub weight: f64,
+        }
+
+        impl $crate::sketch::family::CommonKeys for $name {
+            fn common(&self) -> ($crate::sketch::Normalize, f64) {
+                (self.normalize, self.weight)
             }
-        )*
+            fn down_keys(&self) -> (Option<$crate::sketch::DownKind>, usize) {
+                (None, 0)
+            }
+            fn with_down(&self, _down: Option<$crate::sketch::DownKind>, _down_dim: usize) -> Self {
+                self.clone()
+            }
+        }
+    };
+    ($(#[$m:meta])* pub struct $name:ident { $($(#[$fm:meta])* pub $f:ident : $t:ty,)* }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct $name {
+            $($(#[$fm])* pub $f: $t,)*
+            /// Input row normalisation.
+            #[serde(default)]
+            pub normalize: $crate::sketch::Normalize,
+            /// Weight `w` of the stage in a concatenation (its kernel counts `w²`).
+            #[serde(default = "crate::sketch::family::defaults::weight")]
+            pub weight: f64,
+            /// Down-projection after the map, `"srht"` or `"gaussian"` (none by default).
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub down: Option<$crate::sketch::DownKind>,
+            /// Output dimension of the down-projection.
+            #[serde(default, skip_serializing_if = "crate::sketch::family::defaults::is_zero")]
+            pub down_dim: usize,
+        }
+
+        impl $crate::sketch::family::CommonKeys for $name {
+            fn common(&self) -> ($crate::sketch::Normalize, f64) {
+                (self.normalize, self.weight)
+            }
+            fn down_keys(&self) -> (Option<$crate::sketch::DownKind>, usize) {
+                (self.down, self.down_dim)
+            }
+            fn with_down(&self, down: Option<$crate::sketch::DownKind>, down_dim: usize) -> Self {
+                Self { down, down_dim, ..self.clone() }
+            }
+        }
     };
 }
-pub(crate) use down_keys;
+pub(crate) use family_spec;
+
+/// The [`Family`] items of a family with no data-dependent parameter: it is its own
+/// fitted form.
+macro_rules! no_fitting {
+    () => {
+        type Fitted = Self;
+
+        fn fitted(&self) -> Option<Self> {
+            Some(self.clone())
+        }
+        fn fit(&self, _sample: &$crate::sketch::Sample) -> Self {
+            self.clone()
+        }
+        fn settled(fitted: &Self) -> Self {
+            fitted.clone()
+        }
+    };
+}
+pub(crate) use no_fitting;
 
 /// The down-projection keys: `down_dim` from 1 to [`MAX_DIM`] with `down`, absent without.
 pub(crate) fn down_keys_check(down: Option<DownKind>, down_dim: usize) -> Checked {

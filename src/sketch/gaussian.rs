@@ -5,13 +5,10 @@
 //! recursive tensor sketch over the `d` coordinates (low `d`); GaussianSketchHD
 //! sketches each degree of the series in `⟨x, y⟩` with its own tree (high `d`).
 
-use serde::{Deserialize, Serialize};
-
-use super::down::DownKind;
-use super::family::{defaults, dim, even_dim, fail, gaussian, weight, Checked, Family, Sample};
+use super::family::{defaults, dim, even_dim, fail, family_spec, gaussian, weight, Checked, Family, Sample};
 use super::params::{tree_from, tree_params, PResult, ParamArray, Params};
 use super::recursive::RecursiveTensorSketch;
-use super::{FeatureMap, Kernel, Normalize, Sketch, MAX_TRUNCATION};
+use super::{FeatureMap, Kernel, Sketch, MAX_TRUNCATION};
 use crate::rng::StageRng;
 
 /// `φ_0(a) … φ_{s−1}(a)` with `φ_i(a) = e^{−a²} √(2^i/i!) a^i` by the recurrence
@@ -229,35 +226,23 @@ fn preprocess(center: &[f64], sigma: f64) -> Preprocess {
     Preprocess { center: center.to_vec(), scale: (1.0 / (2.0 * sigma * sigma)).sqrt() }
 }
 
-/// `kind = "gaussian_sketch"`: `exp(−‖x−y‖²/(2σ²))` by per-coordinate expansions and one
-/// recursive tensor sketch over the coordinates (for low `d`, math.md §9).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct GaussianSketchSpec {
-    /// Bandwidth σ; default: the median pairwise distance of the pre-pass sample.
-    #[serde(default)]
-    pub sigma: Option<f64>,
-    /// Terms per coordinate `s`; default: the smallest making the truncation bound ≤ 1e-6.
-    #[serde(default)]
-    pub truncation: Option<usize>,
-    /// Output dimension `m` (even).
-    #[serde(default = "defaults::dim")]
-    pub dim: usize,
-    /// Centre `c` of the preprocessing; default: the pre-pass sample mean.
-    #[serde(default)]
-    pub center: Vec<f64>,
-    /// Input row normalisation.
-    #[serde(default)]
-    pub normalize: Normalize,
-    /// Weight of the stage in a concatenation.
-    #[serde(default = "defaults::weight")]
-    pub weight: f64,
-    /// Down-projection after the map, `"srht"` or `"gaussian"` (none by default).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub down: Option<DownKind>,
-    /// Output dimension of the down-projection.
-    #[serde(default, skip_serializing_if = "defaults::is_zero")]
-    pub down_dim: usize,
+family_spec! {
+    /// `kind = "gaussian_sketch"`: `exp(−‖x−y‖²/(2σ²))` by per-coordinate expansions and one
+    /// recursive tensor sketch over the coordinates (for low `d`, math.md §9).
+    pub struct GaussianSketchSpec {
+        /// Bandwidth σ; default: the median pairwise distance of the pre-pass sample.
+        #[serde(default)]
+        pub sigma: Option<f64>,
+        /// Terms per coordinate `s`; default: the smallest making the truncation bound ≤ 1e-6.
+        #[serde(default)]
+        pub truncation: Option<usize>,
+        /// Output dimension `m` (even).
+        #[serde(default = "defaults::dim")]
+        pub dim: usize,
+        /// Centre `c` of the preprocessing; default: the pre-pass sample mean.
+        #[serde(default)]
+        pub center: Vec<f64>,
+    }
 }
 
 /// A Gaussian sketch with σ, truncation and centre settled.
@@ -274,9 +259,6 @@ pub struct GaussianFitted {
 impl Family for GaussianSketchSpec {
     type Fitted = GaussianFitted;
 
-    fn common(&self) -> (Normalize, f64) {
-        (self.normalize, self.weight)
-    }
     fn check(&self, d: Option<usize>) -> Checked {
         weight(self.weight)?;
         gaussian(self.sigma, self.truncation, &self.center, d)?;
@@ -334,41 +316,29 @@ impl Family for GaussianSketchSpec {
     }
 }
 
-/// `kind = "gaussian_sketch_hd"`: `exp(−‖x−y‖²/(2σ²))` by one recursive tensor sketch per
-/// degree of the series in `⟨x, y⟩` (for high `d`, math.md §9).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct GaussianSketchHdSpec {
-    /// Bandwidth σ; default: the median pairwise distance of the pre-pass sample.
-    #[serde(default)]
-    pub sigma: Option<f64>,
-    /// Degrees `s`; default: the smallest making the truncation bound ≤ 1e-6.
-    #[serde(default)]
-    pub truncation: Option<usize>,
-    /// Total output dimension `Σ m_j`, split over the degrees.
-    #[serde(default = "defaults::dim")]
-    pub dim: usize,
-    /// Centre `c`; default: the pre-pass sample mean.
-    #[serde(default)]
-    pub center: Vec<f64>,
-    /// Block sizes `m_1 … m_{s−1}`; default: from the radius of the sample (math.md §9).
-    #[serde(default)]
-    pub blocks: Vec<usize>,
-    /// Degree 1 exact (set by the fit when its share reaches `d`).
-    #[serde(default)]
-    pub identity_block: bool,
-    /// Input row normalisation.
-    #[serde(default)]
-    pub normalize: Normalize,
-    /// Weight of the stage in a concatenation.
-    #[serde(default = "defaults::weight")]
-    pub weight: f64,
-    /// Down-projection after the map, `"srht"` or `"gaussian"` (none by default).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub down: Option<DownKind>,
-    /// Output dimension of the down-projection.
-    #[serde(default, skip_serializing_if = "defaults::is_zero")]
-    pub down_dim: usize,
+family_spec! {
+    /// `kind = "gaussian_sketch_hd"`: `exp(−‖x−y‖²/(2σ²))` by one recursive tensor sketch per
+    /// degree of the series in `⟨x, y⟩` (for high `d`, math.md §9).
+    pub struct GaussianSketchHdSpec {
+        /// Bandwidth σ; default: the median pairwise distance of the pre-pass sample.
+        #[serde(default)]
+        pub sigma: Option<f64>,
+        /// Degrees `s`; default: the smallest making the truncation bound ≤ 1e-6.
+        #[serde(default)]
+        pub truncation: Option<usize>,
+        /// Total output dimension `Σ m_j`, split over the degrees.
+        #[serde(default = "defaults::dim")]
+        pub dim: usize,
+        /// Centre `c`; default: the pre-pass sample mean.
+        #[serde(default)]
+        pub center: Vec<f64>,
+        /// Block sizes `m_1 … m_{s−1}`; default: from the radius of the sample (math.md §9).
+        #[serde(default)]
+        pub blocks: Vec<usize>,
+        /// Degree 1 exact (set by the fit when its share reaches `d`).
+        #[serde(default)]
+        pub identity_block: bool,
+    }
 }
 
 /// A Gaussian HD sketch with σ, centre and block sizes settled.
@@ -402,9 +372,6 @@ impl GaussianHdFitted {
 impl Family for GaussianSketchHdSpec {
     type Fitted = GaussianHdFitted;
 
-    fn common(&self) -> (Normalize, f64) {
-        (self.normalize, self.weight)
-    }
     fn check(&self, d: Option<usize>) -> Checked {
         weight(self.weight)?;
         gaussian(self.sigma, self.truncation, &self.center, d)?;

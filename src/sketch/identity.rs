@@ -1,49 +1,23 @@
 //! The identity map `z(x) = x`: the linear kernel, the baseline every sketch is
 //! compared against.
 
-use serde::{Deserialize, Serialize};
-
-use super::down::DownKind;
-use super::family::{defaults, weight, Checked, Family};
+use super::family::{family_spec, no_fitting, weight, Checked, Family};
 use super::params::{PResult, ParamArray, Params};
-use super::{DotKernel, FeatureMap, Kernel, Normalize, Sketch};
+use super::{DotKernel, FeatureMap, Kernel, Sketch};
 use crate::rng::StageRng;
 
-/// `kind = "identity"`: the linear kernel.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct IdentitySpec {
-    /// Input row normalisation.
-    #[serde(default)]
-    pub normalize: Normalize,
-    /// Weight `w` of the stage in a concatenation (its kernel is weighted by `w²`).
-    #[serde(default = "defaults::weight")]
-    pub weight: f64,
-    /// Down-projection after the map, `"srht"` or `"gaussian"` (none by default).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub down: Option<DownKind>,
-    /// Output dimension of the down-projection.
-    #[serde(default, skip_serializing_if = "defaults::is_zero")]
-    pub down_dim: usize,
+family_spec! {
+    /// `kind = "identity"`: the linear kernel.
+    pub struct IdentitySpec {
+
+    }
 }
 
 impl Family for IdentitySpec {
-    type Fitted = IdentitySpec;
+    no_fitting!();
 
-    fn common(&self) -> (Normalize, f64) {
-        (self.normalize, self.weight)
-    }
     fn check(&self, _d: Option<usize>) -> Checked {
         weight(self.weight)
-    }
-    fn fitted(&self) -> Option<Self> {
-        Some(self.clone())
-    }
-    fn fit(&self, _sample: &super::Sample) -> Self {
-        self.clone()
-    }
-    fn settled(fitted: &Self) -> Self {
-        fitted.clone()
     }
     fn dim(&self) -> Option<usize> {
         None

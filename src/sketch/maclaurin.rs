@@ -7,11 +7,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::down::DownKind;
-use super::family::{defaults, dim, eta, poly, weight, Checked, Family};
+use super::family::{defaults, dim, eta, family_spec, no_fitting, poly, weight, Checked, Family};
 use super::hadamard::{fwht, next_pow2};
 use super::params::{PResult, ParamArray, Params};
-use super::{FeatureMap, Kernel, Normalize, Sketch};
+use super::{FeatureMap, Kernel, Sketch};
 use crate::rng::StageRng;
 
 /// A dot-product kernel with non-negative Maclaurin coefficients.
@@ -330,46 +329,34 @@ pub(crate) fn dot_kernel(kind: DotKind, degree: u32, gamma: f64, offset: f64) ->
     }
 }
 
-/// `kind = "random_maclaurin"`: a dot-product kernel by random Maclaurin features.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RandomMaclaurinSpec {
-    /// Polynomial or exponential.
-    #[serde(default)]
-    pub kernel: DotKind,
-    /// Degree `p ≥ 1` (polynomial).
-    #[serde(default = "defaults::degree")]
-    pub degree: u32,
-    /// Scale `γ > 0`.
-    #[serde(default = "defaults::gamma")]
-    pub gamma: f64,
-    /// Offset `c ≥ 0` (polynomial).
-    #[serde(default)]
-    pub offset: f64,
-    /// Output dimension `D`.
-    #[serde(default = "defaults::dim")]
-    pub dim: usize,
-    /// Order base `η > 1`.
-    #[serde(default = "defaults::eta")]
-    pub eta: f64,
-    /// Keep the constant and linear terms exact (where allowed).
-    #[serde(default = "defaults::yes")]
-    pub h01: bool,
-    /// Hadamard-structured projections instead of dense Rademacher vectors.
-    #[serde(default)]
-    pub hadamard: bool,
-    /// Input row normalisation.
-    #[serde(default)]
-    pub normalize: Normalize,
-    /// Weight of the stage in a concatenation.
-    #[serde(default = "defaults::weight")]
-    pub weight: f64,
-    /// Down-projection after the map, `"srht"` or `"gaussian"` (none by default).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub down: Option<DownKind>,
-    /// Output dimension of the down-projection.
-    #[serde(default, skip_serializing_if = "defaults::is_zero")]
-    pub down_dim: usize,
+family_spec! {
+    /// `kind = "random_maclaurin"`: a dot-product kernel by random Maclaurin features.
+    pub struct RandomMaclaurinSpec {
+        /// Polynomial or exponential.
+        #[serde(default)]
+        pub kernel: DotKind,
+        /// Degree `p ≥ 1` (polynomial).
+        #[serde(default = "defaults::degree")]
+        pub degree: u32,
+        /// Scale `γ > 0`.
+        #[serde(default = "defaults::gamma")]
+        pub gamma: f64,
+        /// Offset `c ≥ 0` (polynomial).
+        #[serde(default)]
+        pub offset: f64,
+        /// Output dimension `D`.
+        #[serde(default = "defaults::dim")]
+        pub dim: usize,
+        /// Order base `η > 1`.
+        #[serde(default = "defaults::eta")]
+        pub eta: f64,
+        /// Keep the constant and linear terms exact (where allowed).
+        #[serde(default = "defaults::yes")]
+        pub h01: bool,
+        /// Hadamard-structured projections instead of dense Rademacher vectors.
+        #[serde(default)]
+        pub hadamard: bool,
+    }
 }
 
 impl RandomMaclaurinSpec {
@@ -379,25 +366,13 @@ impl RandomMaclaurinSpec {
 }
 
 impl Family for RandomMaclaurinSpec {
-    type Fitted = RandomMaclaurinSpec;
+    no_fitting!();
 
-    fn common(&self) -> (Normalize, f64) {
-        (self.normalize, self.weight)
-    }
     fn check(&self, _d: Option<usize>) -> Checked {
         weight(self.weight)?;
         poly(self.degree, self.gamma, self.offset)?;
         eta(self.eta)?;
         dim("dim", self.dim, 1)
-    }
-    fn fitted(&self) -> Option<Self> {
-        Some(self.clone())
-    }
-    fn fit(&self, _sample: &super::Sample) -> Self {
-        self.clone()
-    }
-    fn settled(fitted: &Self) -> Self {
-        fitted.clone()
     }
     fn dim(&self) -> Option<usize> {
         Some(self.dim)

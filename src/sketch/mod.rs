@@ -34,7 +34,7 @@ pub use craftmaps::{CraftmapsSpec, UpKind};
 pub use down::{DownKind, Downed};
 pub use exp_chi2::ExpChi2Spec;
 pub use family::{Checked, KeyError};
-pub(crate) use family::{DownKeys, Family, Sample};
+pub(crate) use family::{CommonKeys, Family, Sample};
 pub use gaussian::{GaussianSketchHdSpec, GaussianSketchSpec};
 pub use identity::IdentitySpec;
 pub use maclaurin::{DotKernel, DotKind, RandomMaclaurinSpec};
@@ -223,19 +223,6 @@ families! {
     "gaussian_sketch" => GaussianSketch(GaussianSketchSpec),
     "gaussian_sketch_hd" => GaussianSketchHd(GaussianSketchHdSpec),
 }
-
-family::down_keys!(
-    IdentitySpec,
-    TensorSketchSpec,
-    RandomMaclaurinSpec,
-    RecursiveSpec,
-    RffSpec,
-    Chi2Spec,
-    Chi2ChebyshevSpec,
-    ExpChi2Spec,
-    GaussianSketchSpec,
-    GaussianSketchHdSpec,
-);
 
 fn unfitted(spec: &StageSpec) -> Error {
     Error::Internal(format!(

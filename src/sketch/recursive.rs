@@ -8,13 +8,10 @@ use std::sync::Arc;
 use realfft::num_complex::Complex32;
 use realfft::{ComplexToReal, RealFftPlanner, RealToComplex};
 
-use serde::{Deserialize, Serialize};
-
 use super::count::CountSketch;
-use super::down::DownKind;
-use super::family::{defaults, even_dim, poly, weight, Checked, Family};
+use super::family::{defaults, even_dim, family_spec, no_fitting, poly, weight, Checked, Family};
 use super::params::{count_sketch_params, tree_from, PResult, ParamArray, Params};
-use super::{DotKernel, FeatureMap, Kernel, Normalize, Sketch};
+use super::{DotKernel, FeatureMap, Kernel, Sketch};
 use crate::rng::StageRng;
 
 /// The tree of one recursive tensor sketch `R^{n^k} → R^m`.
@@ -180,55 +177,31 @@ impl FeatureMap for RecursivePoly {
     }
 }
 
-/// `kind = "recursive_tensor_sketch"`: the polynomial kernel through the tree of degree-2 sketches.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RecursiveSpec {
-    /// Degree `p ≥ 1`.
-    #[serde(default = "defaults::degree")]
-    pub degree: u32,
-    /// Scale `γ > 0`.
-    #[serde(default = "defaults::gamma")]
-    pub gamma: f64,
-    /// Offset `c ≥ 0`.
-    #[serde(default)]
-    pub offset: f64,
-    /// Output dimension `m` (even).
-    #[serde(default = "defaults::dim")]
-    pub dim: usize,
-    /// Input row normalisation.
-    #[serde(default)]
-    pub normalize: Normalize,
-    /// Weight of the stage in a concatenation.
-    #[serde(default = "defaults::weight")]
-    pub weight: f64,
-    /// Down-projection after the map, `"srht"` or `"gaussian"` (none by default).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub down: Option<DownKind>,
-    /// Output dimension of the down-projection.
-    #[serde(default, skip_serializing_if = "defaults::is_zero")]
-    pub down_dim: usize,
+family_spec! {
+    /// `kind = "recursive_tensor_sketch"`: the polynomial kernel through the tree of degree-2 sketches.
+    pub struct RecursiveSpec {
+        /// Degree `p ≥ 1`.
+        #[serde(default = "defaults::degree")]
+        pub degree: u32,
+        /// Scale `γ > 0`.
+        #[serde(default = "defaults::gamma")]
+        pub gamma: f64,
+        /// Offset `c ≥ 0`.
+        #[serde(default)]
+        pub offset: f64,
+        /// Output dimension `m` (even).
+        #[serde(default = "defaults::dim")]
+        pub dim: usize,
+    }
 }
 
 impl Family for RecursiveSpec {
-    type Fitted = RecursiveSpec;
+    no_fitting!();
 
-    fn common(&self) -> (Normalize, f64) {
-        (self.normalize, self.weight)
-    }
     fn check(&self, _d: Option<usize>) -> Checked {
         weight(self.weight)?;
         poly(self.degree, self.gamma, self.offset)?;
         even_dim(self.dim)
-    }
-    fn fitted(&self) -> Option<Self> {
-        Some(self.clone())
-    }
-    fn fit(&self, _sample: &super::Sample) -> Self {
-        self.clone()
-    }
-    fn settled(fitted: &Self) -> Self {
-        fitted.clone()
     }
     fn dim(&self) -> Option<usize> {
         Some(self.dim)

@@ -5,10 +5,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::down::DownKind;
-use super::family::{defaults, fail, positive_opt, rff_dim, weight, Checked, Family, Sample};
+use super::family::{defaults, fail, family_spec, positive_opt, rff_dim, weight, Checked, Family, Sample};
 use super::params::{PResult, ParamArray, Params};
-use super::{FeatureMap, Kernel, Normalize, Sketch};
+use super::{FeatureMap, Kernel, Sketch};
 use crate::rng::StageRng;
 
 /// The shift-invariant kernel.
@@ -126,38 +125,26 @@ impl FeatureMap for Rff {
     }
 }
 
-/// `kind = "rff"`: random Fourier features for a shift-invariant kernel.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RffSpec {
-    /// Gaussian or Laplacian.
-    #[serde(default)]
-    pub kernel: ShiftKernel,
-    /// `cos_sin` or `cos`.
-    #[serde(default)]
-    pub variant: RffVariant,
-    /// Output dimension `D` (even for `cos_sin`).
-    #[serde(default = "defaults::dim")]
-    pub dim: usize,
-    /// Bandwidth σ; default: the median pairwise distance (L2, or L1 for the Laplacian)
-    /// of the pre-pass sample.
-    #[serde(default)]
-    pub sigma: Option<f64>,
-    /// Gaussian only: `γ = 1/(2σ²)`, instead of `sigma`.
-    #[serde(default)]
-    pub gamma: Option<f64>,
-    /// Input row normalisation.
-    #[serde(default)]
-    pub normalize: Normalize,
-    /// Weight of the stage in a concatenation.
-    #[serde(default = "defaults::weight")]
-    pub weight: f64,
-    /// Down-projection after the map, `"srht"` or `"gaussian"` (none by default).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub down: Option<DownKind>,
-    /// Output dimension of the down-projection.
-    #[serde(default, skip_serializing_if = "defaults::is_zero")]
-    pub down_dim: usize,
+family_spec! {
+    /// `kind = "rff"`: random Fourier features for a shift-invariant kernel.
+    pub struct RffSpec {
+        /// Gaussian or Laplacian.
+        #[serde(default)]
+        pub kernel: ShiftKernel,
+        /// `cos_sin` or `cos`.
+        #[serde(default)]
+        pub variant: RffVariant,
+        /// Output dimension `D` (even for `cos_sin`).
+        #[serde(default = "defaults::dim")]
+        pub dim: usize,
+        /// Bandwidth σ; default: the median pairwise distance (L2, or L1 for the Laplacian)
+        /// of the pre-pass sample.
+        #[serde(default)]
+        pub sigma: Option<f64>,
+        /// Gaussian only: `γ = 1/(2σ²)`, instead of `sigma`.
+        #[serde(default)]
+        pub gamma: Option<f64>,
+    }
 }
 
 impl RffSpec {
@@ -179,9 +166,6 @@ pub struct RffFitted {
 impl Family for RffSpec {
     type Fitted = RffFitted;
 
-    fn common(&self) -> (Normalize, f64) {
-        (self.normalize, self.weight)
-    }
     fn check(&self, _d: Option<usize>) -> Checked {
         weight(self.weight)?;
         rff_dim(self.variant, self.dim)?;

@@ -10,13 +10,10 @@ use std::sync::Arc;
 use realfft::num_complex::Complex32;
 use realfft::{ComplexToReal, RealFftPlanner, RealToComplex};
 
-use serde::{Deserialize, Serialize};
-
 use super::count::CountSketch;
-use super::down::DownKind;
-use super::family::{defaults, dim, poly, weight, Checked, Family};
+use super::family::{defaults, dim, family_spec, no_fitting, poly, weight, Checked, Family};
 use super::params::{count_sketch_params, PResult, ParamArray, Params};
-use super::{DotKernel, FeatureMap, Kernel, Normalize, Sketch};
+use super::{DotKernel, FeatureMap, Kernel, Sketch};
 use crate::rng::StageRng;
 
 /// The kernel parameters of a tensor sketch.
@@ -150,34 +147,22 @@ impl FeatureMap for TensorSketch {
     }
 }
 
-/// `kind = "tensor_sketch"`: the polynomial kernel `(γ⟨x,y⟩ + c)^p`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TensorSketchSpec {
-    /// Degree `p ≥ 1`.
-    #[serde(default = "defaults::degree")]
-    pub degree: u32,
-    /// Scale `γ > 0`.
-    #[serde(default = "defaults::gamma")]
-    pub gamma: f64,
-    /// Offset `c ≥ 0`.
-    #[serde(default)]
-    pub offset: f64,
-    /// Output dimension `D ≥ 2`.
-    #[serde(default = "defaults::dim")]
-    pub dim: usize,
-    /// Input row normalisation.
-    #[serde(default)]
-    pub normalize: Normalize,
-    /// Weight of the stage in a concatenation.
-    #[serde(default = "defaults::weight")]
-    pub weight: f64,
-    /// Down-projection after the map, `"srht"` or `"gaussian"` (none by default).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub down: Option<DownKind>,
-    /// Output dimension of the down-projection.
-    #[serde(default, skip_serializing_if = "defaults::is_zero")]
-    pub down_dim: usize,
+family_spec! {
+    /// `kind = "tensor_sketch"`: the polynomial kernel `(γ⟨x,y⟩ + c)^p`.
+    pub struct TensorSketchSpec {
+        /// Degree `p ≥ 1`.
+        #[serde(default = "defaults::degree")]
+        pub degree: u32,
+        /// Scale `γ > 0`.
+        #[serde(default = "defaults::gamma")]
+        pub gamma: f64,
+        /// Offset `c ≥ 0`.
+        #[serde(default)]
+        pub offset: f64,
+        /// Output dimension `D ≥ 2`.
+        #[serde(default = "defaults::dim")]
+        pub dim: usize,
+    }
 }
 
 impl TensorSketchSpec {
@@ -187,24 +172,12 @@ impl TensorSketchSpec {
 }
 
 impl Family for TensorSketchSpec {
-    type Fitted = TensorSketchSpec;
+    no_fitting!();
 
-    fn common(&self) -> (Normalize, f64) {
-        (self.normalize, self.weight)
-    }
     fn check(&self, _d: Option<usize>) -> Checked {
         weight(self.weight)?;
         poly(self.degree, self.gamma, self.offset)?;
         dim("dim", self.dim, 2)
-    }
-    fn fitted(&self) -> Option<Self> {
-        Some(self.clone())
-    }
-    fn fit(&self, _sample: &super::Sample) -> Self {
-        self.clone()
-    }
-    fn settled(fitted: &Self) -> Self {
-        fitted.clone()
     }
     fn dim(&self) -> Option<usize> {
         Some(self.dim)
