@@ -377,64 +377,6 @@ pub struct PipelineSpec {
 }
 
 impl PipelineSpec {
-    fn check_solver(&self) -> Result<()> {
-        let f = self.source.as_str();
-        let sv = &self.solver;
-        if sv.kind == SolverKind::Ridge {
-            if *sv != SolverSpec::default() {
-                return Err(Error::config(
-                    f,
-                    "solver.kind",
-                    "the [solver] keys are for lasso, elastic_net and group_lasso",
-                ));
-            }
-            return Ok(());
-        }
-        if let Some(l) = sv.lambda {
-            if !(l.is_finite() && l > 0.0) {
-                return Err(Error::config(f, "solver.lambda", format!("must be a number > 0, got {l}")));
-            }
-        } else if self.data.validation.is_empty() {
-            return Err(Error::config(
-                f,
-                "solver.lambda",
-                "give a λ₁ > 0, or data.validation files to choose it along the path",
-            ));
-        }
-        if !(sv.l2.is_finite() && sv.l2 >= 0.0) {
-            return Err(Error::config(f, "solver.l2", format!("must be a number ≥ 0, got {}", sv.l2)));
-        }
-        if sv.kind == SolverKind::Lasso && sv.l2 != 0.0 {
-            return Err(Error::config(f, "solver.l2", "is for elastic_net and group_lasso; the lasso has none"));
-        }
-        if !(2..=1000).contains(&sv.path) {
-            return Err(Error::config(f, "solver.path", format!("must be from 2 to 1000 values, got {}", sv.path)));
-        }
-        if !(sv.ratio > 0.0 && sv.ratio < 1.0) {
-            return Err(Error::config(f, "solver.ratio", format!("must be in (0, 1), got {}", sv.ratio)));
-        }
-        if !(sv.tolerance > 0.0 && sv.tolerance < 1.0) {
-            return Err(Error::config(f, "solver.tolerance", format!("must be in (0, 1), got {}", sv.tolerance)));
-        }
-        if sv.max_sweeps == 0 {
-            return Err(Error::config(f, "solver.max_sweeps", "must be ≥ 1"));
-        }
-        if self.passes != 1 {
-            return Err(Error::config(f, "solver.kind", "the sparse learners run on one pass (passes = 1)"));
-        }
-        if sv.kind == SolverKind::GroupLasso && self.components() != Components::All {
-            return Err(Error::config(
-                f,
-                "solver.kind",
-                "group_lasso's groups are the stages' features: it needs the raw basis (no [pca])",
-            ));
-        }
-        if !self.data.unlabeled.is_empty() && self.components() == Components::All {
-            return Err(Error::config(f, "data.unlabeled", "unlabeled rows enter a PCA; the raw basis has none"));
-        }
-        Ok(())
-    }
-
     /// Checks every setting a pipeline file's would be checked for, except that training
     /// files are given (a pipeline built in code may fit on batches in memory).
     pub fn check(&self) -> Result<()> {
