@@ -1,8 +1,7 @@
 //! The LASSO family as the model's learner (`[solver] kind`; math.md §13.10), and the
 //! checks of `[solver]`: the lasso, the elastic net and the group lasso over the stages,
-//! fitted by coordinate descent on
-//! the centred statistics the pass accumulated, in the raw feature basis (no `[pca]`)
-//! or in the PCA basis. λ₁ is fixed, or chosen along a warm-started path from `λ_max`
+//! fitted by coordinate descent on the centred statistics the pass accumulated, in the
+//! raw feature basis (no `[pca]`) or in the PCA basis. λ₁ is fixed, or chosen along a warm-started path from `λ_max`
 //! down by the validation files (one stream scores the whole path), with the refit on
 //! train ∪ validation at the chosen λ₁ as ridge does.
 
@@ -108,12 +107,13 @@ impl Basis {
             let State::One { labeled, .. } = state else {
                 return Err(Error::Internal("the sparse learners run on one pass".into()));
             };
-            let cl = labeled.centered();
+            let mut cl = labeled.centered();
             let (dim, c) = (cl.mean.len(), cl.cyy.len());
             let r = (0..c).map(|k| (0..dim).map(|i| cl.czy[i * c + k]).collect()).collect();
             return Ok(Basis {
                 k: dim,
-                cmat: cl.cov.clone(),
+                // The covariance moves into the problem: no second dense D × D.
+                cmat: std::mem::take(&mut cl.cov),
                 r,
                 labeled: cl,
                 rotated: None,
@@ -318,7 +318,7 @@ pub(crate) fn finish_sparse(
         let coded = classes.as_ref().zip(code.as_ref());
         let space = Space { pcas: None, mean: &basis.labeled.mean, ymean: &basis.labeled.ymean };
         // Sets in feature space are centred on the labeled mean, as the scores need.
-        let scores = score_sets(spec, &pipeline, coded, &space, &sets, held_out.as_mut())?;
+        let scores = score_sets(spec, &pipeline, coded, &space, sets, held_out.as_mut())?;
         let metric = spec.metric();
         let score = scores.score(metric);
         // The path runs from large to small λ₁: ties go to the earlier, sparser point.

@@ -94,20 +94,24 @@ pub(crate) fn score_sets(
     prep_pipeline: &FeaturePipeline,
     classes: Option<(&Classes, &OutputCode)>,
     space: &Space,
-    sets: &[Vec<f64>],
+    sets: Vec<Vec<f64>>,
     mut refit: Option<&mut GramStats>,
 ) -> Result<SetScores> {
     let ds = Dataset::open(&spec.data.validation, ColumnsFor::labeled(spec))?;
     let (c, dim) = (space.ymean.len(), prep_pipeline.output_dim());
     let ymean = space.ymean;
-    let mut sq = vec![vec![0.0; c]; sets.len()];
-    let mut right = vec![0u64; sets.len()];
+
     let mut rows = 0u64;
     let threads = spec.threads();
     let mut z = Vec::new();
     let width = sets.first().map_or(0, |w| w.len() / c.max(1));
     let cols = sets.len() * c;
     let all_w = ndarray::Array2::from_shape_fn((width, cols), |(i, j)| sets[j / c][i * c + j % c]);
+    // The side-by-side copy is all the stream needs: at large D the sets are not kept twice.
+    let n_sets = sets.len();
+    drop(sets);
+    let mut sq = vec![vec![0.0; c]; n_sets];
+    let mut right = vec![0u64; n_sets];
     crate::pipeline::stream::stream(&ds, &ds.units(), spec.run.chunk_rows, &mut |ch: Chunk| {
         check_nonnegative(prep_pipeline, &ch, &ds.features)?;
         z.resize(ch.rows * dim, 0.0);
@@ -136,7 +140,7 @@ pub(crate) fn score_sets(
         let f_all = qv.dot(&all_w);
         // One buffer for every set's scores of this chunk.
         let mut scores = vec![0.0; ch.rows * c];
-        for li in 0..sets.len() {
+        for li in 0..n_sets {
             let f = f_all.slice_axis(ndarray::Axis(1), ndarray::Slice::from(li * c..(li + 1) * c));
             for r in 0..ch.rows {
                 for j in 0..c {
@@ -169,8 +173,7 @@ pub(crate) fn validate(
     let lambda_sets: Vec<Vec<f64>> = grid.iter().map(|&l| vec![l; c]).collect();
     let sets: Vec<Vec<f64>> = solved.ridge.weights(&lambda_sets, &solved.labeled).into_iter().map(|(w, _)| w).collect();
     let space = Space { pcas: solved.pcas.as_deref(), mean: &solved.labeled.mean, ymean: &solved.labeled.ymean };
-    let scores = score_sets(spec, prep_pipeline, classes, &space, &sets, refit)?;
-    drop(sets);
+    let scores = score_sets(spec, prep_pipeline, classes, &space, sets, refit)?;
     let rows = scores.rows;
     let rmse = scores.rmse();
     let metric = spec.metric();
