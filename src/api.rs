@@ -13,13 +13,17 @@ use arrow_array::RecordBatch;
 
 use crate::error::{Error, Result};
 use crate::model::Model;
+use crate::pipeline::predict::score_rows;
 use crate::pipeline::predict::{predict_rows, PredictOptions, Rows};
+use crate::pipeline::run::fit_stages;
 use crate::pipeline::run::{
     accumulate_part, prepare, prepare_inputs, solve_loaded, train_prepared, RunOptions, SolveOutcome, Statistics,
 };
 use crate::pipeline::spec::{DataSpec, LambdaValue, NullLabels, PipelineSpec, Task};
+use crate::pipeline::stream::{check_nonnegative, stream};
+use crate::sketch::FeaturePipeline;
 use crate::sketch::StageSpec;
-use crate::source::Dataset;
+use crate::source::{Chunk, Classes, ColumnSpec, Dataset, FeatureColumns, ResolvedFeatures};
 use crate::stats::Precision;
 
 /// How λ is chosen.
@@ -52,6 +56,7 @@ impl Pipeline {
             unlabeled: Vec::new(),
             validation: Vec::new(),
             null_labels: NullLabels::default(),
+            classes: None,
         };
         Pipeline {
             spec: PipelineSpec {
@@ -81,6 +86,18 @@ impl Pipeline {
     /// A pipeline file with `--set`-style overrides (`key=value`).
     pub fn load(path: &Path, overrides: &[String]) -> Result<Pipeline> {
         Ok(Pipeline { spec: PipelineSpec::load(path, overrides)? })
+    }
+
+    /// Pipeline text (a pipeline file's content; `name` stands for the file in messages).
+    pub fn from_toml_str(text: &str, name: &str) -> Result<Pipeline> {
+        Ok(Pipeline { spec: PipelineSpec::from_toml_str(text, name)? })
+    }
+
+    /// Fixes the class set instead of scanning it from the training rows: an incremental
+    /// fit knows it before it has seen every batch. A label outside it is an error.
+    pub fn classes(mut self, classes: Classes) -> Self {
+        self.spec.data.classes = Some(classes);
+        self
     }
 
     /// Feature columns by name or glob (default: every numeric column but the label and
@@ -208,6 +225,13 @@ impl Pipeline {
         }
     }
 
+    /// Adds record batches to statistics this pipeline accumulated, mapped with their
+    /// fitted parameters (see [`Statistics::add`]).
+    pub fn add(&self, stats: &mut Statistics, batches: impl IntoIterator<Item = RecordBatch>) -> Result<()> {
+        self.one_pass_only()?;
+        stats.add(&self.spec, batches.into_iter().collect())
+    }
+
     fn one_pass_only(&self) -> Result<()> {
         if self.spec.passes != 1 {
             return Err(Error::config(
@@ -255,6 +279,13 @@ impl Model {
         }
     }
 
+    /// The decision values (row-major `rows × outputs`) of the rows of record batches
+    /// holding the model's feature columns, checked as `predict` checks a file; with
+    /// `pca`, the PCA features (`rows × ΣE`) instead. Returns the values and the rows.
+    pub fn score_batches(&self, batches: &[RecordBatch], pca: bool) -> Result<(Vec<f64>, usize)> {
+        score_rows(self, Rows::Batches(batches), pca, all_cores())
+    }
+
     /// The decision values `f(x)` (row-major `rows × outputs`) of row-major features
     /// `x` (`rows × d`, columns in the model's feature order).
     pub fn decision_function(&self, x: &[f32]) -> Result<Vec<f64>> {
@@ -291,5 +322,112 @@ impl Model {
             }
         }
         Ok(x.len() / d)
+    }
+}
+
+/// A feature map alone, fitted on record batches: the stages of a pipeline (its
+/// `[data]` feature columns, seed and pre-pass sample size), mapping rows to the
+/// concatenated random features `z(x)`. What a sketch transformer is.
+#[derive(Debug)]
+pub struct FeatureMap {
+    stages: Vec<StageSpec>,
+    features: ResolvedFeatures,
+    seed: u64,
+    pipeline: FeaturePipeline,
+}
+
+/// What rebuilds a fitted [`FeatureMap`]: the maps are redrawn from the seed.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct FittedMap {
+    stages: Vec<StageSpec>,
+    features: ResolvedFeatures,
+    seed: u64,
+}
+
+impl FeatureMap {
+    /// Fits the stages' data-dependent parameters on the pre-pass sample of `batches`
+    /// and draws the maps from the pipeline's seed.
+    pub fn fit(pipeline: &Pipeline, batches: impl IntoIterator<Item = RecordBatch>) -> Result<FeatureMap> {
+        let spec = &pipeline.spec;
+        if spec.stages.is_empty() {
+            return Err(Error::config(&spec.source, "stages", "a feature map needs at least one stage"));
+        }
+        let data = Dataset::from_batches("record batches", batches.into_iter().collect(), spec.feature_only_columns())?;
+        let stages = fit_stages(spec, &data)?;
+        let d = data.dim();
+        Ok(FeatureMap {
+            pipeline: FeaturePipeline::build(&stages, d, spec.run.seed)?,
+            features: data.features.clone(),
+            seed: spec.run.seed,
+            stages,
+        })
+    }
+
+    /// The fitted parameters as JSON (stages, feature columns, seed): small, since
+    /// the maps are redrawn from the seed by [`FeatureMap::from_json`].
+    pub fn to_json(&self) -> Result<String> {
+        let f = FittedMap { stages: self.stages.clone(), features: self.features.clone(), seed: self.seed };
+        serde_json::to_string(&f).map_err(|e| Error::Internal(format!("a feature map's JSON: {e}")))
+    }
+
+    /// Rebuilds a map from [`FeatureMap::to_json`], checking every stage again.
+    pub fn from_json(text: &str) -> Result<FeatureMap> {
+        let f: FittedMap = serde_json::from_str(text)
+            .map_err(|e| Error::config("feature map", "-", format!("not a fitted feature map: {e}")))?;
+        if let Some(i) = f.stages.iter().position(StageSpec::needs_fit) {
+            return Err(Error::config("feature map", format!("stages.{i}"), "the stage is not fitted"));
+        }
+        for (i, s) in f.stages.iter().enumerate() {
+            s.check_width(f.features.dim, i)?;
+        }
+        let pipeline = FeaturePipeline::build(&f.stages, f.features.dim, f.seed)?;
+        Ok(FeatureMap { stages: f.stages, features: f.features, seed: f.seed, pipeline })
+    }
+
+    /// The fitted stages.
+    pub fn stages(&self) -> &[StageSpec] {
+        &self.stages
+    }
+
+    /// The output width `D`.
+    pub fn dim(&self) -> usize {
+        self.pipeline.output_dim()
+    }
+
+    /// `z(x)` of every row of record batches with the columns it was fitted on
+    /// (row-major `rows × D`), and the rows.
+    pub fn transform(&self, batches: impl IntoIterator<Item = RecordBatch>) -> Result<(Vec<f32>, usize)> {
+        let f = &self.features;
+        let columns = ColumnSpec {
+            features: if f.list {
+                FeatureColumns::List(f.columns[0].clone())
+            } else {
+                FeatureColumns::Columns(f.columns.iter().map(|c| glob::Pattern::escape(c)).collect())
+            },
+            label: None,
+            targets: Vec::new(),
+            keep: Vec::new(),
+            null_labels_unlabeled: false,
+        };
+        let data = Dataset::from_batches("record batches", batches.into_iter().collect(), columns)?;
+        if data.dim() != f.dim {
+            return Err(Error::data(
+                data.files[0].location(),
+                format!("the input has {} features but the map was fitted on {}", data.dim(), f.dim),
+            ));
+        }
+        let dim = self.dim();
+        let mut out = vec![0f32; usize::try_from(data.total_rows()).unwrap_or(usize::MAX).saturating_mul(dim)];
+        let mut at = 0;
+        stream(&data, &data.units(), 8192, &mut |ch: Chunk| {
+            check_nonnegative(&self.pipeline, &ch, f)?;
+            let end = at + ch.rows * dim;
+            let block =
+                out.get_mut(at..end).ok_or_else(|| Error::Internal("more rows than the batches hold".into()))?;
+            self.pipeline.map_chunk(&ch.x, ch.rows, block, all_cores());
+            at = end;
+            Ok(())
+        })?;
+        Ok((out, at / dim.max(1)))
     }
 }

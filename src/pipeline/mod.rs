@@ -8,6 +8,7 @@
 //! [`mmd`] are the other commands' drivers.
 
 mod checkpoint;
+mod incremental;
 pub mod kernel_error;
 pub mod mmd;
 mod pass;

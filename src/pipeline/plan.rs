@@ -123,7 +123,10 @@ pub fn prepare_inputs(
     }
     let classes = match spec.task {
         Task::Classification => {
-            let classes = labeled.scan_classes()?;
+            let classes = match &spec.data.classes {
+                Some(given) => given.clone(),
+                None => labeled.scan_classes()?,
+            };
             if classes.len() < 2 {
                 return Err(Error::data(
                     labeled.files[0].location().column(spec.data.label.clone().unwrap_or_default()),
@@ -148,25 +151,7 @@ pub fn prepare_inputs(
     }
     let semi = unlabeled.is_some() || spec.columns().null_labels_unlabeled;
 
-    let features = labeled.features.clone();
-    let needs_nonneg = spec.stages.iter().any(StageSpec::needs_nonnegative);
-    let mut check = |ch: &Chunk| -> Result<()> {
-        if needs_nonneg {
-            if let Some(p) = ch.x.iter().position(|&v| v < 0.0) {
-                let (r, j) = (p / d, p % d);
-                let column =
-                    if features.list { format!("{}[{j}]", features.columns[0]) } else { features.columns[j].clone() };
-                return Err(Error::data(
-                    ch.location.clone().column(column).row(ch.first_row + r),
-                    format!(
-                        "value {} is negative; χ² stages need non-negative inputs such as histograms or counts",
-                        ch.x[p]
-                    ),
-                ));
-            }
-        }
-        Ok(())
-    };
+    let mut check = negative_check(spec, labeled.features.clone());
     let sample = prepass_sample(&labeled, unlabeled.as_ref(), &work, spec, &mut check)?;
     let stages: Vec<StageSpec> =
         spec.stages.iter().enumerate().map(|(i, s)| s.fit(&sample, d, spec.run.seed, i)).collect::<Result<_>>()?;
@@ -196,6 +181,40 @@ pub fn prepare_inputs(
     let prep = Prepared { labeled, unlabeled, classes, code, c, stages, pipeline, shift, fingerprint, work, semi };
     check_memory(spec, &prep, say)?;
     Ok(prep)
+}
+
+/// Refuses a chunk with a negative value when a stage needs non-negative inputs,
+/// naming the row and column.
+fn negative_check(spec: &PipelineSpec, features: ResolvedFeatures) -> impl FnMut(&Chunk) -> Result<()> {
+    let needs_nonneg = spec.stages.iter().any(StageSpec::needs_nonnegative);
+    move |ch: &Chunk| -> Result<()> {
+        if needs_nonneg {
+            let d = features.dim.max(1);
+            if let Some(p) = ch.x.iter().position(|&v| v < 0.0) {
+                let (r, j) = (p / d, p % d);
+                let column =
+                    if features.list { format!("{}[{j}]", features.columns[0]) } else { features.columns[j].clone() };
+                return Err(Error::data(
+                    ch.location.clone().column(column).row(ch.first_row + r),
+                    format!(
+                        "value {} is negative; χ² stages need non-negative inputs such as histograms or counts",
+                        ch.x[p]
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The stages of `spec` fitted on the pre-pass sample of one dataset (a feature map
+/// without a training run).
+pub(crate) fn fit_stages(spec: &PipelineSpec, data: &Dataset) -> Result<Vec<StageSpec>> {
+    let work: Vec<WorkUnit> = data.units().into_iter().map(|unit| WorkUnit { unlabeled: false, unit }).collect();
+    let mut check = negative_check(spec, data.features.clone());
+    let sample = prepass_sample(data, None, &work, spec, &mut check)?;
+    let d = data.dim();
+    spec.stages.iter().enumerate().map(|(i, s)| s.fit(&sample, d, spec.run.seed, i)).collect()
 }
 
 /// The output code of a classification run (`ridge.codes`).

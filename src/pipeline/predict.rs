@@ -262,6 +262,32 @@ pub fn predict_rows(model: &Model, rows: Rows<'_>, opts: &PredictOptions) -> Res
     Ok(out)
 }
 
+/// Decision values (or, with `pca`, PCA features) of every row, row-major, and the row
+/// count: what the library's bindings return as one array.
+pub fn score_rows(model: &Model, rows: Rows<'_>, pca: bool, threads: usize) -> Result<(Vec<f64>, usize)> {
+    if pca && model.header.projections.is_empty() {
+        return Err(
+            model.refuse("the model has no PCA projection (it was trained without [pca]); nothing to transform")
+        );
+    }
+    let ds = open_rows(model, rows, false, &[])?;
+    let mut out = Vec::new();
+    let mut n = 0;
+    let mut z = Vec::new();
+    stream(&ds, &ds.units(), 8192, &mut |ch: Chunk| {
+        check_nonnegative(&model.pipeline, &ch, &model.header.features)?;
+        let v = if pca {
+            model.transform(&ch.x, ch.rows, &mut z, threads)
+        } else {
+            model.scores(&ch.x, ch.rows, &mut z, threads)
+        };
+        out.extend_from_slice(&v);
+        n += ch.rows;
+        Ok(())
+    })?;
+    Ok((out, n))
+}
+
 fn score_names(model: &Model, opts: &PredictOptions) -> Vec<String> {
     let c = model.header.outputs;
     match (&model.header.classes, opts.scores) {

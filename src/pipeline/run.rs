@@ -16,6 +16,7 @@ use crate::model::Model;
 use crate::pipeline::spec::PipelineSpec;
 use crate::solve::SolvePath;
 
+pub(crate) use super::plan::fit_stages;
 pub use super::plan::RunOptions;
 pub use super::plan::{prepare, prepare_inputs, Prepared, WorkUnit};
 pub(crate) use super::shards::{accumulate_part, solve_loaded};

@@ -48,6 +48,9 @@ pub(crate) struct PartMeta {
     /// The output code's rows (ECOC), as the targets were encoded.
     #[serde(default)]
     pub(crate) code: Option<Vec<Vec<i8>>>,
+    /// Other shards of the same run merged into this part (see `Statistics::merge`).
+    #[serde(default)]
+    pub(crate) merged: Vec<usize>,
 }
 
 impl PartMeta {
@@ -170,7 +173,7 @@ pub fn accumulate_shard(
 }
 
 /// A shard's statistics and manifest, as a part file holds them.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Statistics {
     /// Where it was read from, or what it was made from (for messages).
     pub origin: PathBuf,
@@ -200,7 +203,11 @@ impl Statistics {
         let (blocks, meta, _) = read_stats(path, true)?;
         Statistics::from_blocks(path, blocks, meta)
     }
-    fn from_blocks(path: &Path, blocks: Vec<(String, GramStats)>, meta: serde_json::Value) -> Result<Statistics> {
+    pub(crate) fn from_blocks(
+        path: &Path,
+        blocks: Vec<(String, GramStats)>,
+        meta: serde_json::Value,
+    ) -> Result<Statistics> {
         let bad = |message: String| Error::BadModel { path: path.to_path_buf(), message };
         let meta: PartMeta = serde_json::from_value(meta).map_err(|e| bad(format!("not a shard's statistics: {e}")))?;
         if meta.kind != "shard" {
@@ -269,6 +276,7 @@ pub(crate) fn accumulate_part(
         seed: Some(spec.run.seed),
         map_keys: Some(map_keys(spec)),
         code: prep.code.as_ref().and_then(OutputCode::rows),
+        merged: Vec::new(),
     };
     let origin = prep.labeled.files.first().map_or_else(PathBuf::new, |f| f.path.clone());
     Ok(Statistics { origin, meta, state })
@@ -338,11 +346,13 @@ pub(crate) fn solve_loaded(
                 m.shard, m.shards, first.shards
             )));
         }
-        if !seen_shards.insert(m.shard) {
-            return Err(bad(format!(
-                "shard {}/{} is given twice; merging it again would count its rows twice",
-                m.shard, m.shards
-            )));
+        for shard in std::iter::once(m.shard).chain(m.merged.iter().copied()) {
+            if !seen_shards.insert(shard) {
+                return Err(bad(format!(
+                    "shard {shard}/{} is given twice; merging it again would count its rows twice",
+                    m.shards
+                )));
+            }
         }
         for u in &m.units {
             if !seen_units.insert(u.clone()) {

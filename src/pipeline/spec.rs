@@ -52,6 +52,10 @@ pub struct DataSpec {
     /// `"error"` (default) or `"unlabeled"`: rows whose label is null join the PCA only.
     #[serde(default)]
     pub null_labels: NullLabels,
+    /// The class set, when given rather than scanned (the library's incremental fits
+    /// fix it up front, so a later batch's label outside it is an error).
+    #[serde(skip)]
+    pub classes: Option<crate::source::Classes>,
 }
 
 /// What a null label means.

@@ -31,8 +31,22 @@ impl PipelineSpec {
         Self::from_table(table, &name)
     }
 
+    /// Parses and validates pipeline text (`name` stands for the file in messages;
+    /// relative paths stay relative to the working directory).
+    pub fn from_toml_str(text: &str, name: &str) -> Result<PipelineSpec> {
+        let table: toml::Table =
+            text.parse().map_err(|e: toml::de::Error| Error::config(name, "-", format!("not valid TOML: {e}")))?;
+        Self::parse_table(table, name, false)
+    }
+
     /// Validates an already parsed table.
-    pub fn from_table(mut table: toml::Table, file: &str) -> Result<PipelineSpec> {
+    pub fn from_table(table: toml::Table, file: &str) -> Result<PipelineSpec> {
+        Self::parse_table(table, file, true)
+    }
+
+    /// A pipeline file needs `data.train`; the library's text does not (its data is
+    /// what is passed to `fit`).
+    fn parse_table(mut table: toml::Table, file: &str, need_train: bool) -> Result<PipelineSpec> {
         for key in table.keys() {
             if !TOP_KEYS.contains(&key.as_str()) {
                 return Err(Error::config(
@@ -102,7 +116,7 @@ impl PipelineSpec {
             solver: section(&mut table, "solver", file)?,
             run: section(&mut table, "run", file)?,
         };
-        if spec.data.train.is_empty() {
+        if need_train && spec.data.train.is_empty() {
             return Err(Error::config(file, "data.train", "no training files given"));
         }
         spec.check()?;

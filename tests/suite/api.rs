@@ -13,7 +13,7 @@ use sketchfit::{Lambda, Model, Pipeline};
 use crate::common::*;
 
 /// Three classes of rings in 4 dimensions, `n` rows.
-fn rings(n: usize, seed: u64) -> Vec<(&'static str, ArrayRef)> {
+pub(crate) fn rings(n: usize, seed: u64) -> Vec<(&'static str, ArrayRef)> {
     let mut r = sketchfit::rng::StageRng::new(seed, 5);
     let mut cols: Vec<Vec<f32>> = vec![Vec::new(); 4];
     let mut label = Vec::new();
@@ -35,7 +35,7 @@ fn rings(n: usize, seed: u64) -> Vec<(&'static str, ArrayRef)> {
     out
 }
 
-fn batches(cols: &[(&'static str, ArrayRef)], rows_per_batch: usize) -> Vec<RecordBatch> {
+pub(crate) fn batches(cols: &[(&'static str, ArrayRef)], rows_per_batch: usize) -> Vec<RecordBatch> {
     let whole = RecordBatch::try_from_iter(cols.iter().cloned()).unwrap();
     (0..whole.num_rows())
         .step_by(rows_per_batch)
@@ -43,7 +43,7 @@ fn batches(cols: &[(&'static str, ArrayRef)], rows_per_batch: usize) -> Vec<Reco
         .collect()
 }
 
-fn pipeline() -> Pipeline {
+pub(crate) fn pipeline() -> Pipeline {
     Pipeline::classification("label")
         .features(["a", "b", "c", "d"])
         .stage(TensorSketchSpec { degree: 2, dim: 128, ..Default::default() })

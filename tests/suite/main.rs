@@ -14,6 +14,7 @@ mod end_to_end;
 mod gaussian_mmd;
 mod golden;
 mod golden_maps;
+mod incremental;
 mod sparse_solvers;
 mod streaming_vs_dense;
 mod tensor_sketch_stats;
