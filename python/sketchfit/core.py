@@ -1,0 +1,164 @@
+"""The library objects over the Rust core: :class:`Pipeline`, :class:`Statistics` and
+:class:`Model`. They read and write the command line's files (pipeline TOML, part
+files, model files), so a model or a shard moves between Python and the CLI either
+way. The GIL is released while the core computes."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pyarrow as pa
+
+from . import _core
+from ._inputs import arrow_table, expand_paths, is_arrow, is_paths, numpy_table, table_for
+
+
+def _source(X):
+    """An Arrow table for in-memory data, or a list of paths for Parquet files."""
+    if is_paths(X):
+        return None, expand_paths(X)
+    if is_arrow(X):
+        return arrow_table(X), None
+    return numpy_table(np.asarray(X))[0], None
+
+
+class Pipeline:
+    """A pipeline: the text of a pipeline file (``Pipeline.load(path)`` reads one;
+    its ``[data]`` files are ignored here, the data is what you pass)."""
+
+    def __init__(self, text: str, classes=None):
+        self.text = text
+        self.classes = None if classes is None else list(classes)
+        self._core = _core.Pipeline(text, self.classes)
+
+    @classmethod
+    def load(cls, path, classes=None) -> "Pipeline":
+        with open(path, encoding="utf-8") as f:
+            return cls(f.read(), classes)
+
+    def fit(self, source) -> "Model":
+        """Fits on an Arrow table / stream, a NumPy array with its label columns
+        appended beforehand, or Parquet paths (streamed)."""
+        table, paths = _source(source)
+        return Model(self._core.fit_files(paths) if paths is not None else self._core.fit(table))
+
+    def __reduce__(self):
+        return (Pipeline, (self.text, self.classes))
+
+
+class Statistics:
+    """Sufficient statistics: a shard's part file in memory. Sums, so they merge."""
+
+    def __init__(self, core):
+        self._core = core
+
+    @classmethod
+    def accumulate(cls, pipeline: Pipeline, source, shard=(0, 1)) -> "Statistics":
+        """Shard ``(i, n)`` of a source: every n-th row group of Parquet files (paths or
+        globs, streamed), or every n-th batch of an Arrow table."""
+        table, paths = _source(source)
+        i, n = shard
+        if paths is not None:
+            return cls(pipeline._core.accumulate_files(paths, (i, n)))
+        return cls(pipeline._core.accumulate(table, (i, n)))
+
+    def add(self, pipeline: Pipeline, source) -> "Statistics":
+        """Adds in-memory rows, mapped with these statistics' fitted parameters."""
+        table, paths = _source(source)
+        if paths is not None:
+            raise TypeError("add takes rows in memory; accumulate files with Statistics.accumulate")
+        pipeline._core.add(self._core, table)
+        return self
+
+    def empty_like(self, shard) -> "Statistics":
+        """No rows, the same fitted parameters, as shard ``(i, n)``: one per partition."""
+        return Statistics(self._core.empty_like(tuple(shard)))
+
+    def merge(self, other: "Statistics") -> "Statistics":
+        """Adds another shard of the same run (each shard once) and returns self."""
+        self._core.merge(other._core)
+        return self
+
+    def solve(self, pipeline: Pipeline) -> "Model":
+        return Model(pipeline._core.solve([self._core]))
+
+    @property
+    def rows(self) -> int:
+        return self._core.rows
+
+    @property
+    def shards(self) -> list:
+        return list(self._core.shards_held)
+
+    def save(self, path) -> None:
+        self._core.save(os.fspath(path))
+
+    @classmethod
+    def load(cls, path) -> "Statistics":
+        return cls(_core.Statistics.load(os.fspath(path)))
+
+    def to_bytes(self) -> bytes:
+        return self._core.to_bytes()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "Statistics":
+        return cls(_core.Statistics.from_bytes(data))
+
+    def __reduce__(self):
+        return (Statistics.from_bytes, (self.to_bytes(),))
+
+
+class Model:
+    """A trained model (the command line's model file)."""
+
+    def __init__(self, core):
+        self._core = core
+        self.header = json.loads(core.header_json())
+
+    @classmethod
+    def load(cls, path) -> "Model":
+        return cls(_core.Model.load(os.fspath(path)))
+
+    def save(self, path) -> None:
+        self._core.save(os.fspath(path))
+
+    def to_bytes(self) -> bytes:
+        return self._core.to_bytes()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "Model":
+        return cls(_core.Model.from_bytes(data))
+
+    def __reduce__(self):
+        return (Model.from_bytes, (self.to_bytes(),))
+
+    @property
+    def classes(self):
+        c = self.header.get("classes")
+        return None if c is None else list(c["values"])
+
+    def _table(self, X) -> pa.Table:
+        return X if isinstance(X, pa.Table) else table_for(X, self.header["features"])
+
+    def decision_function(self, X) -> np.ndarray:
+        """``f(x)`` per row: ``(n,)`` for one output, else ``(n, outputs)``."""
+        data, rows, cols = self._core.scores(self._table(X), False)
+        out = np.frombuffer(data, dtype="<f8").reshape(rows, cols)
+        return out[:, 0] if cols == 1 else out
+
+    def predict(self, X) -> np.ndarray:
+        """Class labels (classification) or values (regression)."""
+        data, rows, cols = self._core.scores(self._table(X), False)
+        scores = np.frombuffer(data, dtype="<f8")
+        classes = self.classes
+        if classes is None:
+            out = scores.reshape(rows, cols)
+            return out[:, 0] if cols == 1 else out
+        return np.asarray(classes)[np.asarray(self._core.classify(scores), dtype=np.intp)]
+
+    def transform(self, X) -> np.ndarray:
+        """The PCA features ``(n, ΣE)`` (a model trained with PCA)."""
+        data, rows, cols = self._core.scores(self._table(X), True)
+        return np.frombuffer(data, dtype="<f8").reshape(rows, cols)

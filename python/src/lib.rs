@@ -1,0 +1,327 @@
+//! `sketchfit._core`: the Python binding of the typed library API. It owns the crossing
+//! only — Arrow C streams in (PyCapsules, zero copy), library errors out as Python
+//! exceptions with the command line's messages, the GIL released around every
+//! computation. The estimators, input normalisation and scikit-learn conventions are
+//! the pure-Python package around it (`python/sketchfit/`).
+
+use std::path::PathBuf;
+
+use arrow_array::ffi_stream::{FFI_ArrowArrayStream, RecordBatchStreamReader};
+use arrow_array::{Array, RecordBatch};
+use pyo3::exceptions::{PyMemoryError, PyOSError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyByteArray, PyBytes, PyCapsule};
+use sketchfit::api::FeatureMap;
+use sketchfit::source::Classes;
+use sketchfit::{Error, Model, Pipeline, Statistics};
+
+/// The library's error as the Python exception a user expects: bad input or settings
+/// are `ValueError`, file trouble `OSError`, a refused memory plan `MemoryError`.
+fn py_err(e: Error) -> PyErr {
+    let message = e.to_string();
+    match e {
+        Error::Io { .. } => PyOSError::new_err(message),
+        Error::Memory { .. } => PyMemoryError::new_err(message),
+        Error::Internal(_) => PyRuntimeError::new_err(message),
+        _ => PyValueError::new_err(message),
+    }
+}
+
+/// The record batches of anything that speaks the Arrow PyCapsule stream interface
+/// (pyarrow tables, batches and readers, polars frames): imported without copying.
+fn batches(source: &Bound<'_, PyAny>) -> PyResult<Vec<RecordBatch>> {
+    if !source.hasattr("__arrow_c_stream__")? {
+        return Err(PyTypeError::new_err(format!(
+            "expected an Arrow table or stream (an object with __arrow_c_stream__), got {}",
+            source.get_type().name()?
+        )));
+    }
+    let capsule = source.call_method1("__arrow_c_stream__", (py_none(source.py()),))?;
+    let capsule = capsule.cast::<PyCapsule>()?;
+    let ptr = capsule.pointer_checked(Some(c"arrow_array_stream"))?;
+    // SAFETY: the capsule is named `arrow_array_stream`, so by the Arrow PyCapsule
+    // protocol it holds an `ArrowArrayStream`; `from_raw` moves the stream out and
+    // leaves a released one behind, which the capsule's destructor then skips.
+    let reader = unsafe { RecordBatchStreamReader::from_raw(ptr.as_ptr().cast::<FFI_ArrowArrayStream>()) }
+        .map_err(|e| PyValueError::new_err(format!("cannot import the Arrow stream: {e}")))?;
+    reader
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| PyValueError::new_err(format!("cannot read the Arrow stream: {e}")))
+}
+
+fn py_none(py: Python<'_>) -> Bound<'_, PyAny> {
+    py.None().into_bound(py)
+}
+
+/// A writable buffer NumPy wraps without a copy (`np.frombuffer`).
+fn f64_bytes<'py>(py: Python<'py>, v: &[f64]) -> PyResult<Bound<'py, PyByteArray>> {
+    PyByteArray::new_with(py, v.len() * 8, |buf| {
+        for (dst, x) in buf.chunks_exact_mut(8).zip(v) {
+            dst.copy_from_slice(&x.to_le_bytes());
+        }
+        Ok(())
+    })
+}
+
+fn f32_bytes<'py>(py: Python<'py>, v: &[f32]) -> PyResult<Bound<'py, PyByteArray>> {
+    PyByteArray::new_with(py, v.len() * 4, |buf| {
+        for (dst, x) in buf.chunks_exact_mut(4).zip(v) {
+            dst.copy_from_slice(&x.to_le_bytes());
+        }
+        Ok(())
+    })
+}
+
+/// The address of the first column's values as imported: the zero-copy check compares
+/// it with the NumPy array's data pointer.
+#[pyfunction]
+fn values_address(source: &Bound<'_, PyAny>) -> PyResult<usize> {
+    let b = batches(source)?;
+    let col = b.first().map(|b| b.column(0).to_data()).ok_or_else(|| PyValueError::new_err("no batches"))?;
+    let data = if col.child_data().is_empty() { col } else { col.child_data()[0].clone() };
+    let buf = data.buffers().first().ok_or_else(|| PyValueError::new_err("the column has no values buffer"))?;
+    Ok(buf.as_ptr() as usize + data.offset() * data.data_type().primitive_width().unwrap_or(0))
+}
+
+/// A pipeline, from pipeline-file text.
+#[pyclass(name = "Pipeline", module = "sketchfit._core", frozen)]
+struct PyPipeline {
+    inner: Pipeline,
+}
+
+#[pymethods]
+impl PyPipeline {
+    /// `Pipeline(text, classes=None)`: `classes`, a sorted list of ints or of strings,
+    /// fixes the class set instead of scanning it.
+    #[new]
+    #[pyo3(signature = (text, classes=None))]
+    fn new(text: &str, classes: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let mut inner = Pipeline::from_toml_str(text, "pipeline").map_err(py_err)?;
+        if let Some(c) = classes {
+            let given = if let Ok(v) = c.extract::<Vec<i64>>() {
+                Classes::Int(v)
+            } else {
+                Classes::Str(c.extract::<Vec<String>>()?)
+            };
+            inner = inner.classes(given);
+        }
+        inner.check().map_err(py_err)?;
+        Ok(PyPipeline { inner })
+    }
+
+    /// Fits on an Arrow stream held in memory.
+    fn fit(&self, py: Python<'_>, source: &Bound<'_, PyAny>) -> PyResult<PyModel> {
+        let b = batches(source)?;
+        let model = py.detach(|| self.inner.fit(b)).map_err(py_err)?;
+        Ok(PyModel { inner: model })
+    }
+
+    /// Fits on Parquet files (paths or globs), streamed in bounded memory.
+    fn fit_files(&self, py: Python<'_>, paths: Vec<PathBuf>) -> PyResult<PyModel> {
+        let model = py.detach(|| self.inner.fit_files(paths)).map_err(py_err)?;
+        Ok(PyModel { inner: model })
+    }
+
+    /// Statistics of shard `(i, n)` of an Arrow stream's batches.
+    #[pyo3(signature = (source, shard=(0, 1)))]
+    fn accumulate(&self, py: Python<'_>, source: &Bound<'_, PyAny>, shard: (usize, usize)) -> PyResult<PyStatistics> {
+        let b = batches(source)?;
+        let s = py.detach(|| self.inner.accumulate(b, shard)).map_err(py_err)?;
+        Ok(PyStatistics { inner: s })
+    }
+
+    /// Statistics of shard `(i, n)` of Parquet files' row groups.
+    #[pyo3(signature = (paths, shard=(0, 1)))]
+    fn accumulate_files(&self, py: Python<'_>, paths: Vec<PathBuf>, shard: (usize, usize)) -> PyResult<PyStatistics> {
+        let s = py.detach(|| self.inner.accumulate_files(paths, shard)).map_err(py_err)?;
+        Ok(PyStatistics { inner: s })
+    }
+
+    /// Adds an Arrow stream's rows to statistics, with their fitted parameters.
+    fn add(&self, py: Python<'_>, stats: &mut PyStatistics, source: &Bound<'_, PyAny>) -> PyResult<()> {
+        let b = batches(source)?;
+        let s = &mut stats.inner;
+        py.detach(|| self.inner.add(s, b)).map_err(py_err)
+    }
+
+    /// Solves merged statistics into a model.
+    fn solve(&self, py: Python<'_>, parts: Vec<PyRef<'_, PyStatistics>>) -> PyResult<PyModel> {
+        let parts: Vec<Statistics> = parts.iter().map(|p| p.inner.clone()).collect();
+        let model = py.detach(|| self.inner.solve(parts)).map_err(py_err)?;
+        Ok(PyModel { inner: model })
+    }
+}
+
+/// Sufficient statistics (a shard's part file in memory).
+#[pyclass(name = "Statistics", module = "sketchfit._core")]
+struct PyStatistics {
+    inner: Statistics,
+}
+
+#[pymethods]
+impl PyStatistics {
+    /// Reads and verifies a part file.
+    #[staticmethod]
+    fn load(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
+        Ok(PyStatistics { inner: py.detach(|| Statistics::load(&path)).map_err(py_err)? })
+    }
+
+    /// Verifies and reads a part file's bytes.
+    #[staticmethod]
+    fn from_bytes(py: Python<'_>, data: Vec<u8>) -> PyResult<Self> {
+        Ok(PyStatistics { inner: py.detach(|| Statistics::from_bytes(&data, "statistics bytes")).map_err(py_err)? })
+    }
+
+    fn to_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let bytes = py.detach(|| self.inner.to_bytes()).map_err(py_err)?;
+        Ok(PyBytes::new(py, &bytes))
+    }
+
+    /// Writes the part file atomically (the same file as the command's `accumulate`).
+    fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+        py.detach(|| self.inner.save(&path)).map_err(py_err)
+    }
+
+    /// Merges another part of the same run into this one (the other is left as it was).
+    fn merge(&mut self, py: Python<'_>, other: &PyStatistics) -> PyResult<()> {
+        let o = other.inner.clone();
+        let s = &mut self.inner;
+        py.detach(|| s.merge(o)).map_err(py_err)
+    }
+
+    /// No rows, these fitted parameters, as shard `(i, n)`.
+    fn empty_like(&self, shard: (usize, usize)) -> PyResult<Self> {
+        Ok(PyStatistics { inner: self.inner.empty_like(shard).map_err(py_err)? })
+    }
+
+    #[getter]
+    fn rows(&self) -> u64 {
+        self.inner.rows()
+    }
+
+    #[getter]
+    fn shard(&self) -> (usize, usize) {
+        self.inner.shard()
+    }
+
+    #[getter]
+    fn shards_held(&self) -> Vec<usize> {
+        self.inner.shards_held()
+    }
+}
+
+/// A trained model.
+#[pyclass(name = "Model", module = "sketchfit._core", frozen)]
+struct PyModel {
+    inner: Model,
+}
+
+#[pymethods]
+impl PyModel {
+    /// Reads and verifies a model file (the command line's).
+    #[staticmethod]
+    fn load(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
+        Ok(PyModel { inner: py.detach(|| Model::load(&path)).map_err(py_err)? })
+    }
+
+    /// Verifies and reads a model file's bytes.
+    #[staticmethod]
+    fn from_bytes(py: Python<'_>, data: Vec<u8>) -> PyResult<Self> {
+        let m = py
+            .detach(|| Model::from_bytes(&data))
+            .map_err(|e| PyValueError::new_err(format!("not a valid sketchfit model: {e}")))?;
+        Ok(PyModel { inner: m })
+    }
+
+    fn to_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let bytes = py.detach(|| self.inner.to_bytes()).map_err(py_err)?;
+        Ok(PyBytes::new(py, &bytes))
+    }
+
+    /// Writes the model file atomically.
+    fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+        py.detach(|| self.inner.save(&path)).map_err(py_err)
+    }
+
+    /// The header as JSON (task, classes, features, stages, λ, …).
+    fn header_json(&self) -> PyResult<String> {
+        serde_json::to_string(&self.inner.header).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+    }
+
+    /// Class indices of row-major decision values (the model's own rule: argmax of
+    /// one-vs-all, the sign for two classes, nearest code word for ECOC).
+    fn classify(&self, scores: Vec<f64>) -> PyResult<Vec<usize>> {
+        let c = self.inner.header.outputs;
+        if self.inner.header.classes.is_none() || c == 0 || !scores.len().is_multiple_of(c) {
+            return Err(PyValueError::new_err("not the scores of a classifier"));
+        }
+        Ok(self.inner.classify(&scores))
+    }
+
+    /// `(bytes of f64, rows, columns)`: decision values, or with `pca` the PCA features.
+    #[pyo3(signature = (source, pca=false))]
+    fn scores<'py>(
+        &self,
+        py: Python<'py>,
+        source: &Bound<'py, PyAny>,
+        pca: bool,
+    ) -> PyResult<(Bound<'py, PyByteArray>, usize, usize)> {
+        let b = batches(source)?;
+        let (v, rows) = py.detach(|| self.inner.score_batches(&b, pca)).map_err(py_err)?;
+        let cols = v.len().checked_div(rows).unwrap_or(0);
+        Ok((f64_bytes(py, &v)?, rows, cols))
+    }
+}
+
+/// A fitted feature map (a sketch transformer's state).
+#[pyclass(name = "FeatureMap", module = "sketchfit._core", frozen)]
+struct PyFeatureMap {
+    inner: FeatureMap,
+}
+
+#[pymethods]
+impl PyFeatureMap {
+    /// Fits the pipeline's stages on an Arrow stream.
+    #[staticmethod]
+    fn fit(py: Python<'_>, pipeline: &PyPipeline, source: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let b = batches(source)?;
+        Ok(PyFeatureMap { inner: py.detach(|| FeatureMap::fit(&pipeline.inner, b)).map_err(py_err)? })
+    }
+
+    /// Rebuilds a fitted map from [`PyFeatureMap::to_json`].
+    #[staticmethod]
+    fn from_json(text: &str) -> PyResult<Self> {
+        Ok(PyFeatureMap { inner: FeatureMap::from_json(text).map_err(py_err)? })
+    }
+
+    fn to_json(&self) -> PyResult<String> {
+        self.inner.to_json().map_err(py_err)
+    }
+
+    /// `(bytes of f32, rows, D)`: the random features of every row.
+    fn transform<'py>(
+        &self,
+        py: Python<'py>,
+        source: &Bound<'py, PyAny>,
+    ) -> PyResult<(Bound<'py, PyByteArray>, usize, usize)> {
+        let b = batches(source)?;
+        let (v, rows) = py.detach(|| self.inner.transform(b)).map_err(py_err)?;
+        Ok((f32_bytes(py, &v)?, rows, self.inner.dim()))
+    }
+
+    #[getter]
+    fn dim(&self) -> usize {
+        self.inner.dim()
+    }
+}
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyPipeline>()?;
+    m.add_class::<PyStatistics>()?;
+    m.add_class::<PyModel>()?;
+    m.add_class::<PyFeatureMap>()?;
+    m.add_function(wrap_pyfunction!(values_address, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
