@@ -69,6 +69,7 @@ impl Pipeline {
                 ridge: Default::default(),
                 solver: Default::default(),
                 run: Default::default(),
+                candidates: None,
             },
         }
     }

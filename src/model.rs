@@ -85,6 +85,9 @@ pub struct ModelHeader {
     /// The sparse learner's path (`[solver] kind`; absent for ridge).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sparse: Option<SparseTable>,
+    /// Every kernel candidate's held-out score (`stages.N.candidates`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub candidates: Option<crate::pipeline::candidates::CandidateTable>,
 }
 
 fn one() -> u32 {
@@ -114,6 +117,10 @@ pub struct ValidationTable {
     /// training and validation rows together (`ridge.refit`); absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refit_rows: Option<u64>,
+    /// `K` when λ was chosen by k-fold cross-validation (`ridge.cv`) rather than on
+    /// validation files; the scores are then pooled over the K held-out folds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub folds: Option<usize>,
 }
 
 /// The path of a sparse learner (`[solver] kind`): λ₁ values from `λ_max` down, with
@@ -445,6 +452,7 @@ impl ModelHeader {
             solver: None,
             code: None,
             sparse: None,
+            candidates: None,
         }
     }
 }

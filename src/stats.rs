@@ -294,6 +294,31 @@ impl GramStats {
         Ok(())
     }
 
+    /// Removes rows merged in before (`other` must be a part of `self`): the statistics
+    /// of the rest, as k-fold cross-validation needs them. Exact up to rounding.
+    pub fn subtract(&mut self, other: &GramStats) -> std::result::Result<(), ShapeMismatch> {
+        if (self.dim(), self.c) != (other.dim(), other.c) || other.n > self.n {
+            return Err(ShapeMismatch { dim: (self.dim(), other.dim()), outputs: (self.c, other.c) });
+        }
+        let shifted;
+        let other = if other.shift == self.shift {
+            other
+        } else {
+            let mut o = other.clone();
+            o.reshift(&self.shift);
+            shifted = o;
+            &shifted
+        };
+        self.n -= other.n;
+        self.gram.sub_assign(&other.gram);
+        for (a, b) in
+            [(&mut self.s, &other.s), (&mut self.t, &other.t), (&mut self.u, &other.u), (&mut self.v, &other.v)]
+        {
+            a.iter_mut().zip(b).for_each(|(x, y)| *x -= y);
+        }
+        Ok(())
+    }
+
     /// The shift-free quantities, with the dense covariance `C` (`D × D`).
     pub fn centered(&self) -> Centered {
         let dim = self.dim();

@@ -210,6 +210,11 @@ impl TriGram {
         self.data.iter_mut().zip(&other.data).for_each(|(a, b)| *a += b);
     }
 
+    /// `G −= G'` (the statistics of all rows but some).
+    pub fn sub_assign(&mut self, other: &TriGram) {
+        self.data.iter_mut().zip(&other.data).for_each(|(a, b)| *a -= b);
+    }
+
     /// `G += α a bᵀ + α b aᵀ` on the lower triangle (a change of shift, centring).
     pub(crate) fn add_sym_rank2(&mut self, a: &[f64], b: &[f64], alpha: f64) {
         let dim = self.dim;

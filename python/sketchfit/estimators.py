@@ -49,6 +49,8 @@ class _SketchModel(BaseEstimator):
         elif not isinstance(alpha, numbers.Real) or isinstance(alpha, bool) or not alpha >= 0:
             raise ValueError(f"alpha must be 'gcv' or a number ≥ 0, got {alpha!r}")
         ridge = {"lambda": alpha if isinstance(alpha, str) else float(alpha), "per_output": bool(self.per_output)}
+        if getattr(self, "cv", None) is not None:
+            ridge["cv"] = self.cv
         if self.validation is not None:
             ridge["refit"] = bool(self.refit)
         return ridge
@@ -154,6 +156,14 @@ class _SketchModel(BaseEstimator):
                 "partial_fit continues statistics of in-memory rows: fit(X, y) or partial_fit from a fresh estimator"
             )
         self._from_files = False
+        if getattr(self, "cv", None) is not None:
+            if incremental:
+                raise ValueError("cv scores every row again after the pass, which partial_fit cannot do: use fit, or alpha='gcv'")
+            # k-fold scoring streams the rows once more: the one-call fit, no statistics kept.
+            self._set_pipeline(self._text(data, seed_of(self.random_state)), classes)
+            self._stats = None
+            self._model = Model(self._pipeline.fit(table))
+            return
         if incremental and getattr(self, "_stats", None) is not None:
             self._pipeline.add(self._stats._core, table)
         else:
@@ -199,6 +209,9 @@ _COMMON_DOC = """
         Parquet files of held-out rows (``[data] validation``): λ by held-out accuracy
         or RMSE instead of GCV, then a refit on train ∪ validation when ``refit``.
     refit : bool, default True
+    cv : int, default None
+        ``[ridge] cv``: λ from the grid by K-fold cross-validation (2 ≤ K ≤ 10) on the
+        held-out metric, then a refit on all rows (no PCA; ``fit`` only).
     passes : int, default 1
         2: a PCA per stage, then ridge on the projected features (``pca`` then gives
         each stage's components).
@@ -217,8 +230,9 @@ class SketchRidgeClassifier(ClassifierMixin, _SketchModel):
     __doc__ = "Ridge classifier (one-vs-all ±1 targets) on random features." + _COMMON_DOC
     _task = "classification"
 
-    def __init__(self, stages=None, pca=None, alpha="gcv", per_output=False, validation=None, refit=True, codes="one_vs_all", passes=1, gram="f64", sample_rows=10000, random_state=None, n_jobs=None):
+    def __init__(self, stages=None, pca=None, alpha="gcv", per_output=False, validation=None, refit=True, codes="one_vs_all", passes=1, gram="f64", sample_rows=10000, cv=None, random_state=None, n_jobs=None):
         self.stages = stages
+        self.cv = cv
         self.pca = pca
         self.alpha = alpha
         self.per_output = per_output
@@ -297,8 +311,9 @@ class SketchRidgeRegressor(RegressorMixin, _SketchModel):
     __doc__ = "Ridge regression on random features (one or several targets)." + _COMMON_DOC
     _task = "regression"
 
-    def __init__(self, stages=None, pca=None, alpha="gcv", per_output=False, validation=None, refit=True, passes=1, gram="f64", sample_rows=10000, random_state=None, n_jobs=None):
+    def __init__(self, stages=None, pca=None, alpha="gcv", per_output=False, validation=None, refit=True, passes=1, gram="f64", sample_rows=10000, cv=None, random_state=None, n_jobs=None):
         self.stages = stages
+        self.cv = cv
         self.pca = pca
         self.alpha = alpha
         self.per_output = per_output

@@ -193,3 +193,15 @@ def test_the_gil_is_released_while_fitting():
     t.join()
     # With the GIL held for the fit, this loop could not run until it returned.
     assert len(ticks) > 20
+
+
+def test_k_fold_selection_from_python(digits):
+    X, y, Xt, yt, _, _, _ = digits
+    est = classifier(cv=3).fit(X, y)
+    table = est.model_.header["validation"]
+    assert table["folds"] == 3 and len(table["score"]) == 41
+    best = max(table["score"])
+    assert table["score"][table["grid"].index(table["chosen"][0])] == best
+    assert est.score(Xt, yt) > 0.97
+    with pytest.raises(ValueError, match="partial_fit cannot"):
+        est.partial_fit(X[:10], y[:10])

@@ -72,6 +72,12 @@ pub fn run(a: Args) -> Result<()> {
     );
     let how = match (&h.validation, &h.gcv) {
         _ if h.sparse.is_some() => String::new(),
+        (Some(v), _) if v.folds.is_some() => format!(
+            " (by {} over {}-fold cross-validation of {} rows, then refitted on all)",
+            v.metric,
+            v.folds.unwrap_or(0),
+            v.rows
+        ),
         (Some(v), _) => format!(
             " (by {} on {} validation rows{})",
             v.metric,
@@ -84,6 +90,17 @@ pub fn run(a: Args) -> Result<()> {
     match &h.sparse {
         None => s += &format!("lambda: {}{how}\n", sketchfit::pipeline::stream::lambda_text(&h.lambdas)),
         Some(t) => s += &sparse_text(t),
+    }
+    if let Some(t) = &h.candidates {
+        for (i, v) in t.values.iter().enumerate() {
+            s += &format!(
+                "candidate {} = {v}: held-out score {:.6} at λ {:.4e}{}\n",
+                t.key,
+                t.score[i],
+                t.lambda[i],
+                if i == t.chosen { " (chosen)" } else { "" }
+            );
+        }
     }
     if let Some(rows) = &h.code {
         let len = rows.first().map_or(0, Vec::len);

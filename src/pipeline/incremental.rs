@@ -42,7 +42,9 @@ impl Statistics {
             State::One { labeled, unlabeled } => {
                 State::One { labeled: zero(labeled), unlabeled: unlabeled.as_ref().map(zero) }
             }
-            State::Two { .. } => return Err(Error::Internal("a one-pass part holds two-pass statistics".into())),
+            State::Two { .. } | State::Folds { .. } | State::Candidates { .. } => {
+                return Err(Error::Internal("a one-pass part holds two-pass or fold statistics".into()))
+            }
         };
         let mut meta = self.meta.clone();
         (meta.shard, meta.shards, meta.units, meta.merged) = (i, n, Vec::new(), Vec::new());
@@ -87,6 +89,7 @@ impl Statistics {
             fingerprint: self.meta.fingerprint.clone(),
             work,
             semi: unlabeled.is_some(),
+            alternatives: Vec::new(),
         };
         let units: Vec<usize> = (0..prep.work.len()).collect();
         let (more, _) = accumulate(spec, &prep, &units, &RunOptions::default(), &mut |_| {})?;
@@ -138,7 +141,7 @@ impl Statistics {
             return Err(Error::config(
                 "library",
                 "passes",
-                "only one-pass statistics grow batch by batch; shard a two-pass run with the command line's `accumulate --pass1`",
+                "only one-pass statistics without k-fold grow batch by batch; shard a two-pass or k-fold run with the command line's `accumulate`",
             ));
         }
         Ok(())

@@ -7,9 +7,11 @@
 //! `accumulate` and `solve` across processes. [`predict`], [`kernel_error`] and
 //! [`mmd`] are the other commands' drivers.
 
+pub mod candidates;
 mod checkpoint;
 mod incremental;
 pub mod kernel_error;
+pub mod kfold;
 pub mod mmd;
 mod pass;
 mod paths;

@@ -94,10 +94,11 @@ pub(crate) fn run_pass(
         targets(prep, spec, ch, w.unlabeled)
     };
     let mut chunks = 0;
+    let mut alt_z = Vec::new();
     let gemm_before = crate::stats::gemm_seconds();
     let times = crate::pipeline::stream::stream_mapped(&units, chunk_rows_for(spec, dim), &map, &mut |item| {
-        let (ch, z, (mask, y)) = match item {
-            Mapped::Chunk { chunk, features, extra, .. } => (chunk, features, extra),
+        let (wi, ch, z, (mask, y)) = match item {
+            Mapped::Chunk { tag, chunk, features, extra } => (tag, chunk, features, extra),
             Mapped::UnitDone(wi) => {
                 done.push(wi);
                 if let Some(c) = ckpt.as_mut() {
@@ -116,18 +117,22 @@ pub(crate) fn run_pass(
             }
         };
         let all_labeled = mask.iter().all(|&m| m);
+        let unit = prep.work[wi].unit;
+        let fold = Folding { spec, file: unit.file, row_group: unit.row_group, threads, gram };
         match state {
-            State::One { labeled, unlabeled } => {
-                if all_labeled {
-                    labeled.add_with(z, &y, ch.rows, threads, gram).map_err(data_err(&ch))?;
-                } else {
-                    let zl = select_rows(z, dim, &mask, true);
-                    labeled.add_with(&zl, &y, zl.len() / dim, threads, gram).map_err(data_err(&ch))?;
-                    let zu = select_rows(z, dim, &mask, false);
-                    let u = unlabeled
-                        .as_mut()
-                        .ok_or_else(|| Error::Internal("unlabeled rows without unlabeled statistics".into()))?;
-                    u.add_with(&zu, &[], zu.len() / dim, threads, gram).map_err(data_err(&ch))?;
+            State::One { .. } | State::Folds { .. } => fold.one_pass(state, z, dim, &mask, &y, &ch)?,
+            State::Candidates { states } => {
+                for (i, inner) in states.iter_mut().enumerate() {
+                    if i == 0 {
+                        fold.one_pass(inner, z, dim, &mask, &y, &ch)?;
+                    } else {
+                        // The other candidates map here, on the folding thread.
+                        let alt = &prep.alternatives[i - 1].pipeline;
+                        let w = alt.output_dim();
+                        alt_z.resize(ch.rows * w, 0.0);
+                        alt.map_chunk(&ch.x, ch.rows, &mut alt_z, threads);
+                        fold.one_pass(inner, &alt_z, w, &mask, &y, &ch)?;
+                    }
                 }
             }
             State::Two { pass1, pass2: None } => {
@@ -165,6 +170,49 @@ pub(crate) fn run_pass(
     );
     bar.finish_and_clear();
     Ok(split)
+}
+
+/// Where a chunk's rows go in one-pass statistics: all to the labeled sums (unlabeled
+/// rows to their own), or each row to its fold's.
+struct Folding<'a> {
+    spec: &'a PipelineSpec,
+    file: usize,
+    row_group: usize,
+    threads: usize,
+    gram: crate::stats::Precision,
+}
+
+impl Folding<'_> {
+    fn one_pass(&self, state: &mut State, z: &[f32], dim: usize, mask: &[bool], y: &[f64], ch: &Chunk) -> Result<()> {
+        let (threads, gram) = (self.threads, self.gram);
+        match state {
+            State::One { labeled, unlabeled } => {
+                if mask.iter().all(|&m| m) {
+                    labeled.add_with(z, y, ch.rows, threads, gram).map_err(data_err(ch))?;
+                } else {
+                    let zl = select_rows(z, dim, mask, true);
+                    labeled.add_with(&zl, y, zl.len() / dim, threads, gram).map_err(data_err(ch))?;
+                    let zu = select_rows(z, dim, mask, false);
+                    let u = unlabeled
+                        .as_mut()
+                        .ok_or_else(|| Error::Internal("unlabeled rows without unlabeled statistics".into()))?;
+                    u.add_with(&zu, &[], zu.len() / dim, threads, gram).map_err(data_err(ch))?;
+                }
+            }
+            State::Folds { folds } => {
+                let fold = crate::pipeline::kfold::chunk_folds(self.spec, self.file, self.row_group, ch, folds.len());
+                let c = y.len() / ch.rows.max(1);
+                for (f, st) in folds.iter_mut().enumerate() {
+                    let member: Vec<bool> = fold.iter().map(|&g| g as usize == f).collect();
+                    let zf = select_rows(z, dim, &member, true);
+                    let yf = select_rows(y, c, &member, true);
+                    st.add_with(&zf, &yf, zf.len() / dim, threads, gram).map_err(data_err(ch))?;
+                }
+            }
+            _ => return Err(Error::Internal("one-pass folding of another state".into())),
+        }
+        Ok(())
+    }
 }
 
 impl Dataset {
@@ -206,10 +254,14 @@ pub(crate) fn accumulate(
         let split = run_pass(spec, prep, &mut state, units, &mut done, None, &mut ckpt, opts.progress)?;
         say(&split);
     }
-    let rows = |s: &State| match s {
-        State::One { labeled, unlabeled } => labeled.n + unlabeled.as_ref().map_or(0, |u| u.n),
-        State::Two { pass1, .. } => pass1.first().map_or(0, |p| p.n),
-    };
+    fn rows(s: &State) -> u64 {
+        match s {
+            State::One { labeled, unlabeled } => labeled.n + unlabeled.as_ref().map_or(0, |u| u.n),
+            State::Folds { folds } => folds.iter().map(|f| f.n).sum(),
+            State::Candidates { states } => states.first().map_or(0, rows),
+            State::Two { pass1, .. } => pass1.first().map_or(0, |p| p.n),
+        }
+    }
     let secs = start.elapsed().as_secs_f64();
     say(&format!("pass 1: {} rows in {secs:.1} s ({:.0} rows/s)", rows(&state), rows(&state) as f64 / secs.max(1e-9)));
     let mut pcas = None;

@@ -51,6 +51,22 @@ pub struct Prepared {
     pub work: Vec<WorkUnit>,
     /// Rows may be unlabeled (unlabeled files or null labels).
     pub semi: bool,
+    /// Kernel candidates after the first (`stages.N.candidates`; the first is the
+    /// prepared map itself): each one's pipeline spec, fitted stages, map and shift.
+    pub alternatives: Vec<Alternative>,
+}
+
+/// One more kernel candidate of a run, fitted on the same pre-pass sample.
+#[derive(Debug)]
+pub struct Alternative {
+    /// The candidate's own pipeline (no candidates).
+    pub spec: PipelineSpec,
+    /// Its fitted stages.
+    pub stages: Vec<StageSpec>,
+    /// Its map.
+    pub pipeline: FeaturePipeline,
+    /// Its accumulator shift.
+    pub shift: Vec<f64>,
 }
 
 pub(crate) fn mib(b: u64) -> String {
@@ -153,8 +169,11 @@ pub fn prepare_inputs(
 
     let mut check = negative_check(spec, labeled.features.clone());
     let sample = prepass_sample(&labeled, unlabeled.as_ref(), &work, spec, &mut check)?;
+    // With candidates, the prepared map is the first candidate's; the others follow it.
+    let mut candidates = spec.candidate_specs()?.into_iter();
+    let first = candidates.next().ok_or_else(|| Error::Internal("no candidate pipelines".into()))?;
     let stages: Vec<StageSpec> =
-        spec.stages.iter().enumerate().map(|(i, s)| s.fit(&sample, d, spec.run.seed, i)).collect::<Result<_>>()?;
+        first.stages.iter().enumerate().map(|(i, s)| s.fit(&sample, d, spec.run.seed, i)).collect::<Result<_>>()?;
     for (i, st) in stages.iter().enumerate() {
         let t = match st {
             StageSpec::GaussianSketch(g) => g.truncation,
@@ -178,7 +197,31 @@ pub fn prepare_inputs(
     let files: Vec<String> =
         labeled.identity().into_iter().chain(unlabeled.iter().flat_map(Dataset::identity)).collect();
     let fingerprint = spec.fingerprint(&stages, spec.run.shift, &files);
-    let prep = Prepared { labeled, unlabeled, classes, code, c, stages, pipeline, shift, fingerprint, work, semi };
+    let mut alternatives = Vec::new();
+    for alt in candidates {
+        let stages: Vec<StageSpec> =
+            alt.stages.iter().enumerate().map(|(i, s)| s.fit(&sample, d, spec.run.seed, i)).collect::<Result<_>>()?;
+        let pipeline = FeaturePipeline::build(&stages, d, spec.run.seed)?;
+        let shift = match spec.run.shift {
+            ShiftMode::Zero => vec![0.0; pipeline.output_dim()],
+            ShiftMode::Sample => sample_mean(&pipeline, &sample, threads),
+        };
+        alternatives.push(Alternative { spec: alt, stages, pipeline, shift });
+    }
+    let prep = Prepared {
+        labeled,
+        unlabeled,
+        classes,
+        code,
+        c,
+        stages,
+        pipeline,
+        shift,
+        fingerprint,
+        work,
+        semi,
+        alternatives,
+    };
     check_memory(spec, &prep, say)?;
     Ok(prep)
 }
@@ -322,7 +365,10 @@ pub(crate) fn check_memory(spec: &PipelineSpec, prep: &Prepared, say: &mut dyn F
         let stats = ranges.iter().map(|r| GramStats::bytes_for(r.len(), 0)).sum::<u64>() + GramStats::bytes_for(e, c);
         (stats, e, solve_path(spec, false, false)?)
     } else {
-        let stats = GramStats::bytes_for(dim, c) * if prep.semi { 2 } else { 1 };
+        // k-fold keeps one set of statistics per fold (their total is the sum).
+        let sets = if prep.semi { 2 } else { spec.ridge.cv.unwrap_or(1) as u64 };
+        let widths = std::iter::once(dim).chain(prep.alternatives.iter().map(|a| a.pipeline.output_dim()));
+        let stats = widths.map(|w| GramStats::bytes_for(w, c)).sum::<u64>() * sets;
         (stats, dim, solve_path(spec, spec.components() != Components::All, prep.semi)?)
     };
     // Two chunks' features are alive at once (one mapped while the other is added).
@@ -335,12 +381,18 @@ pub(crate) fn check_memory(spec: &PipelineSpec, prep: &Prepared, say: &mut dyn F
     let refit =
         spec.ridge.refit && !spec.data.validation.is_empty() && !matches!(spec.lambda()?, LambdaChoice::Fixed(_));
     let held_out = if refit { GramStats::bytes_for(solve_dim, c) } else { 0 };
+    // k-fold's solve: the total and one fold's complement beside the reduction, and every
+    // fold's 41 weight sets.
+    let held_out =
+        held_out + spec.ridge.cv.map_or(0, |k| 2 * GramStats::bytes_for(dim, c) + (k * 41 * dim * c * 8) as u64);
     let needed = stats + held_out + buffers + if in_place { 0 } else { solve };
     say(&format!(
         "memory: statistics {} (D = {dim}, {} pass(es){}), chunk buffers {}, solve {} ({} path{}); {} rows × d = {d} in {} file(s)",
         mib(stats + held_out),
         spec.passes,
         match (prep.semi, refit) {
+            _ if !prep.alternatives.is_empty() => ", one per kernel candidate",
+            _ if spec.ridge.cv.is_some() => ", one per fold, and the k-fold solve's total, complement and fold models",
             (true, true) => ", labeled, unlabeled and validation",
             (true, false) => ", labeled and unlabeled",
             (false, true) => ", training and validation",

@@ -18,7 +18,7 @@ use crate::solve::SolvePath;
 
 pub(crate) use super::plan::fit_stages;
 pub use super::plan::RunOptions;
-pub use super::plan::{prepare, prepare_inputs, Prepared, WorkUnit};
+pub use super::plan::{prepare, prepare_inputs, Alternative, Prepared, WorkUnit};
 pub(crate) use super::shards::{accumulate_part, solve_loaded};
 pub use super::shards::{accumulate_shard, parse_shard, solve_parts, SolveOutcome, Statistics};
 pub use super::state::State;
@@ -64,6 +64,8 @@ pub fn train_prepared(
             say(&format!("statistics written to {} before the in-place solve", path.display()));
         }
     }
-    let Prepared { pipeline, stages, classes, code, labeled, .. } = prep;
-    finish(spec, pipeline, stages, classes, code, labeled.features, &mut state, pcas, say)
+    let Prepared { pipeline, stages, classes, code, labeled, alternatives, .. } = prep;
+    let features = labeled.features.clone();
+    let others: Vec<Vec<crate::sketch::StageSpec>> = alternatives.into_iter().map(|a| a.stages).collect();
+    finish(spec, pipeline, stages, classes, code, features, &mut state, pcas, Some(&labeled), &others, say)
 }

@@ -69,14 +69,19 @@ impl PartMeta {
 /// The keys of a pipeline that decide which features the statistics hold: a solve must
 /// see the same ones as the accumulation did.
 pub(crate) fn map_keys(spec: &PipelineSpec) -> serde_json::Value {
-    serde_json::json!({
+    let mut keys = serde_json::json!({
         "task": spec.task, "passes": spec.passes, "features": spec.data.features,
         "feature_list": spec.data.feature_list, "label": spec.data.label, "targets": spec.data.targets,
         "stages": spec.stages, "seed": spec.run.seed, "sample_rows": spec.run.sample_rows,
         "shift": spec.run.shift,
         // In two passes the per-stage PCA decides what pass two accumulated.
         "pca": if spec.passes == 2 { serde_json::to_value(&spec.pca).unwrap_or_default() } else { serde_json::Value::Null },
-    })
+    });
+    // The fold layout decides what the parts hold; without k-fold the keys are as before.
+    if let (Some(k), Some(o)) = (spec.ridge.cv, keys.as_object_mut()) {
+        o.insert("ridge.cv".into(), k.into());
+    }
+    keys
 }
 
 /// Refuses to solve parts with a pipeline whose features differ from theirs, naming the
@@ -101,6 +106,18 @@ pub(crate) fn check_parts_match(spec: &PipelineSpec, part: &Path, meta: &PartMet
         ));
     }
     let now = map_keys(spec);
+    if let (Some(a), Some(k)) = (keys.as_object(), spec.ridge.cv) {
+        if !a.contains_key("ridge.cv") {
+            return Err(Error::config(
+                file,
+                "ridge.cv",
+                format!(
+                    "is {k}, but the parts ({}) were accumulated without folds; accumulate them again with it",
+                    part.display()
+                ),
+            ));
+        }
+    }
     if let (Some(a), Some(b)) = (keys.as_object(), now.as_object()) {
         for (k, v) in a {
             if b.get(k) != Some(v) {
@@ -243,6 +260,7 @@ pub(crate) fn accumulate_part(
     if n == 0 || i >= n {
         return Err(Error::config("command line", "--shard", format!("shard {i}/{n}: need 0 ≤ i < N")));
     }
+    refuse_candidates(spec)?;
     let units: Vec<usize> = (0..prep.work.len()).filter(|u| u % n == i).collect();
     say(&format!("shard {i}/{n}: {} of {} row groups", units.len(), prep.work.len()));
     let (state, pass, pass1_checksum) = match (spec.passes, pass1) {
@@ -280,6 +298,19 @@ pub(crate) fn accumulate_part(
     };
     let origin = prep.labeled.files.first().map_or_else(PathBuf::new, |f| f.path.clone());
     Ok(Statistics { origin, meta, state })
+}
+
+/// Kernel candidates are fitted and chosen in one process: a part would have to carry
+/// every candidate's fitted map.
+fn refuse_candidates(spec: &PipelineSpec) -> Result<()> {
+    match &spec.candidates {
+        Some(c) => Err(Error::config(
+            &spec.source,
+            format!("stages.{}.candidates", c.stage),
+            "candidates run in one process (`train`); to shard, give each candidate its own pipeline",
+        )),
+        None => Ok(()),
+    }
 }
 
 /// What `solve` produced.
@@ -328,6 +359,7 @@ pub(crate) fn solve_loaded(
     if parts.is_empty() {
         return Err(Error::config(&spec.source, "parts", "no statistics given"));
     }
+    refuse_candidates(spec)?;
     let mut loaded: Vec<(PathBuf, PartMeta, State)> = parts.into_iter().map(|p| (p.origin, p.meta, p.state)).collect();
     let first = loaded[0].1.clone();
     let mut seen_units = BTreeSet::new();
@@ -423,6 +455,11 @@ pub(crate) fn solve_loaded(
         }
         _ => (state, None),
     };
+    // k-fold scoring streams the training rows once more: the pipeline's files.
+    let data = match (&state, spec.data.train.is_empty()) {
+        (State::Folds { .. }, false) => Some(crate::source::Dataset::open(&spec.data.train, spec.columns())?),
+        _ => None,
+    };
     finish(
         spec,
         pipeline,
@@ -432,6 +469,8 @@ pub(crate) fn solve_loaded(
         first.features.clone(),
         &mut state,
         pcas,
+        data.as_ref(),
+        &[],
         say,
     )
     .map(|m| SolveOutcome::Model(Box::new(m)))

@@ -65,6 +65,9 @@ pub(crate) fn solve_state(
     say: &mut dyn FnMut(&str),
 ) -> Result<Solved> {
     match state {
+        State::Folds { .. } | State::Candidates { .. } => {
+            Err(Error::Internal("fold or candidate statistics reached the solve before their selection".into()))
+        }
         State::One { labeled, unlabeled } => {
             if labeled.n < 2 {
                 return Err(Error::data(
@@ -235,10 +238,47 @@ pub(crate) fn finish(
     features: ResolvedFeatures,
     state: &mut State,
     pcas: Option<Vec<StagePca>>,
+    data: Option<&crate::source::Dataset>,
+    alternatives: &[Vec<StageSpec>],
     say: &mut dyn FnMut(&str),
 ) -> Result<Model> {
     if spec.solver.kind != crate::pipeline::spec::SolverKind::Ridge {
         return crate::pipeline::sparse::finish_sparse(spec, pipeline, stages, classes, code, features, state, say);
+    }
+    if let State::Candidates { states } = state {
+        // Each candidate solved and scored as a pipeline of its own; the best is kept.
+        let specs = spec.candidate_specs()?;
+        if specs.len() != states.len() || alternatives.len() + 1 != states.len() {
+            return Err(Error::Internal("candidate statistics do not match the candidates".into()));
+        }
+        let mut models = Vec::with_capacity(states.len());
+        let mut first = Some(pipeline);
+        for (i, (s, inner)) in specs.iter().zip(states.iter_mut()).enumerate() {
+            let (map, fitted) = match first.take() {
+                Some(p) => (p, stages.clone()),
+                None => {
+                    let fitted = alternatives[i - 1].clone();
+                    (FeaturePipeline::build(&fitted, features.dim, spec.run.seed)?, fitted)
+                }
+            };
+            let (c, k, f) = (classes.clone(), code.clone(), features.clone());
+            models.push(finish(s, map, fitted, c, k, f, inner, None, data, &[], &mut |m| {
+                say(&format!("candidate {i}: {m}"))
+            })?);
+        }
+        return crate::pipeline::candidates::choose(spec, models, say);
+    }
+    if let State::Folds { .. } = state {
+        // λ by k-fold, then the model of all rows at that λ (one Cholesky).
+        let coded = classes.as_ref().zip(code.as_ref());
+        let (table, lambda) = crate::pipeline::kfold::cross_validate(spec, &pipeline, coded, state, data, say)?;
+        let mut at = spec.clone();
+        at.ridge.cv = None;
+        at.ridge.lambda = LambdaValue::Number(lambda);
+        let mut model = finish(&at, pipeline, stages, classes, code, features, state, None, data, &[], say)?;
+        model.header.validation = Some(table);
+        model.header.pipeline = serde_json::to_value(spec).unwrap_or_default();
+        return Ok(model);
     }
     let start = std::time::Instant::now();
     let lambda = spec.lambda()?;
@@ -255,6 +295,7 @@ pub(crate) fn finish(
     if use_validation {
         let target = match &*state {
             State::One { labeled, .. } => Some(labeled),
+            State::Folds { .. } | State::Candidates { .. } => None,
             State::Two { pass2, .. } => pass2.as_ref(),
         };
         let mut held_out = match target {
@@ -304,7 +345,7 @@ pub(crate) fn finish(
     say(&format!("solve: {:.1} s ({} path)", start.elapsed().as_secs_f64(), solved.path.name()));
     let (infos, projs): (Vec<ProjectionInfo>, Vec<Projection>) = solved.projections.iter().cloned().unzip();
     let mean = match state {
-        State::One { .. } => solved.labeled.mean.clone(),
+        State::One { .. } | State::Folds { .. } | State::Candidates { .. } => solved.labeled.mean.clone(),
         State::Two { pass1, .. } => pass1.iter().flat_map(|s| s.moments().mean).collect(),
     };
     let header = ModelHeader {

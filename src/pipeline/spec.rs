@@ -147,6 +147,10 @@ pub struct RidgeSpec {
     /// ECOC: a code file instead of a drawn code (one row of ±1 per class, in class order).
     #[serde(default)]
     pub code_file: Option<PathBuf>,
+    /// k-fold cross-validation: λ from the grid by the held-out metric pooled over `K`
+    /// folds (2 ≤ K ≤ 10), then a refit on all rows.
+    #[serde(default)]
+    pub cv: Option<usize>,
 }
 
 /// `ridge.codes`.
@@ -193,6 +197,7 @@ impl Default for RidgeSpec {
             codes: Codes::OneVsAll,
             code_length: default_code_length(),
             code_file: None,
+            cv: None,
         }
     }
 }
@@ -378,6 +383,9 @@ pub struct PipelineSpec {
     pub solver: SolverSpec,
     /// Run settings.
     pub run: RunSpec,
+    /// Kernel parameters tried in one pass (`stages.N.candidates`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub candidates: Option<crate::pipeline::candidates::CandidateSpec>,
 }
 
 impl PipelineSpec {
@@ -473,6 +481,8 @@ impl PipelineSpec {
             return Err(Error::config(f, "data.null_labels", "null labels as unlabeled rows is for classification"));
         }
         self.check_solver()?;
+        self.check_cv()?;
+        self.check_candidates()?;
         if self.run.chunk_rows == 0 || self.run.chunk_rows > 1 << 22 {
             return Err(Error::config(f, "run.chunk_rows", "must be from 1 to 4194304"));
         }
@@ -544,7 +554,7 @@ impl PipelineSpec {
     /// A fingerprint of everything that decides the statistics (data columns, fitted
     /// stages, seed, passes, shift): shards and checkpoints must agree on it.
     pub fn fingerprint(&self, fitted: &[StageSpec], shift_mode: ShiftMode, files: &[String]) -> String {
-        let v = serde_json::json!({
+        let mut v = serde_json::json!({
             "files": files,
             "task": self.task, "passes": self.passes, "features": self.data.features,
             "feature_list": self.data.feature_list, "label": self.data.label, "targets": self.data.targets,
@@ -553,6 +563,13 @@ impl PipelineSpec {
             "codes": self.ridge.codes, "code_length": self.ridge.code_length, "code_file": self.ridge.code_file,
             "pca": if self.passes == 2 { serde_json::to_value(&self.pca).unwrap_or_default() } else { serde_json::Value::Null },
         });
+        // Fold statistics are another layout; without k-fold the fingerprint is as before.
+        if let (Some(k), Some(o)) = (self.ridge.cv, v.as_object_mut()) {
+            o.insert("cv".into(), k.into());
+        }
+        if let (Some(c), Some(o)) = (&self.candidates, v.as_object_mut()) {
+            o.insert("candidates".into(), serde_json::to_value(c).unwrap_or_default());
+        }
         crate::stats::checksum([v.to_string().as_bytes()])
     }
 

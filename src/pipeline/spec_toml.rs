@@ -93,13 +93,25 @@ impl PipelineSpec {
             None => return Err(Error::config(file, "data", "missing; [data] needs at least train = [\"…\"]")),
             Some(v) => v.clone().try_into().map_err(|e: toml::de::Error| keyed::<DataSpec>(&v, "data", file, &e))?,
         };
+        let mut candidates = None;
         let stages = match table.remove("stages") {
             None => Vec::new(),
             Some(toml::Value::Array(a)) => a
-                .iter()
+                .into_iter()
                 .enumerate()
                 .map(|(i, v)| match v {
-                    toml::Value::Table(t) => StageSpec::from_toml(t, file, &format!("stages[{i}]")),
+                    toml::Value::Table(mut t) => {
+                        if let Some(c) = crate::pipeline::candidates::take_candidates(&mut t, file, i)? {
+                            if candidates.replace(c).is_some() {
+                                return Err(Error::config(
+                                    file,
+                                    format!("stages[{i}].candidates"),
+                                    "candidates on one stage at a time",
+                                ));
+                            }
+                        }
+                        StageSpec::from_toml(&t, file, &format!("stages[{i}]"))
+                    }
                     _ => Err(Error::config(file, format!("stages[{i}]"), "each stage must be a table ([[stages]])")),
                 })
                 .collect::<Result<Vec<_>>>()?,
@@ -115,6 +127,7 @@ impl PipelineSpec {
             ridge: section(&mut table, "ridge", file)?,
             solver: section(&mut table, "solver", file)?,
             run: section(&mut table, "run", file)?,
+            candidates,
         };
         if need_train && spec.data.train.is_empty() {
             return Err(Error::config(file, "data.train", "no training files given"));

@@ -19,6 +19,18 @@ pub enum State {
         /// `U` (PCA only).
         unlabeled: Option<GramStats>,
     },
+    /// One pass with k-fold cross-validation: the statistics of each fold (their sum is
+    /// the labeled statistics).
+    Folds {
+        /// One per fold.
+        folds: Vec<GramStats>,
+    },
+    /// Kernel candidates (`stages.N.candidates`): one one-pass state per candidate, the
+    /// prepared map's first.
+    Candidates {
+        /// One per candidate.
+        states: Vec<State>,
+    },
     /// Two passes: per-stage statistics over all rows, then the projected statistics.
     Two {
         /// Pass one, one per stage.
@@ -30,15 +42,26 @@ pub enum State {
 
 impl State {
     pub(crate) fn new(spec: &PipelineSpec, prep: &Prepared) -> State {
-        if spec.passes == 2 {
-            let pass1 =
-                stage_ranges(&prep.pipeline).into_iter().map(|r| GramStats::new(prep.shift[r].to_vec(), 0)).collect();
-            State::Two { pass1, pass2: None }
-        } else {
-            State::One {
-                labeled: GramStats::new(prep.shift.clone(), prep.c),
-                unlabeled: prep.semi.then(|| GramStats::new(prep.shift.clone(), 0)),
-            }
+        if spec.candidates.is_some() {
+            let shifts = std::iter::once(&prep.shift).chain(prep.alternatives.iter().map(|a| &a.shift));
+            return State::Candidates { states: shifts.map(|s| State::one_pass(spec, s, prep.c, prep.semi)).collect() };
+        }
+        if spec.passes == 1 {
+            return State::one_pass(spec, &prep.shift, prep.c, prep.semi);
+        }
+        let pass1 =
+            stage_ranges(&prep.pipeline).into_iter().map(|r| GramStats::new(prep.shift[r].to_vec(), 0)).collect();
+        State::Two { pass1, pass2: None }
+    }
+
+    /// Fresh one-pass statistics about `shift` (per fold with k-fold).
+    fn one_pass(spec: &PipelineSpec, shift: &[f64], c: usize, semi: bool) -> State {
+        match spec.ridge.cv {
+            Some(k) => State::Folds { folds: (0..k).map(|_| GramStats::new(shift.to_vec(), c)).collect() },
+            None => State::One {
+                labeled: GramStats::new(shift.to_vec(), c),
+                unlabeled: semi.then(|| GramStats::new(shift.to_vec(), 0)),
+            },
         }
     }
 
@@ -59,6 +82,12 @@ impl State {
                 }
                 v
             }
+            State::Folds { folds } => folds.iter().enumerate().map(|(i, s)| (format!("fold{i}"), s)).collect(),
+            State::Candidates { states } => states
+                .iter()
+                .enumerate()
+                .flat_map(|(i, s)| s.blocks().into_iter().map(move |(n, b)| (format!("candidate{i}.{n}"), b)))
+                .collect(),
             State::Two { pass1, pass2 } => {
                 let mut v: Vec<(String, &GramStats)> =
                     pass1.iter().enumerate().map(|(i, s)| (format!("pass1.stage{i}"), s)).collect();
@@ -71,7 +100,28 @@ impl State {
     }
 
     pub(crate) fn from_blocks(passes: u32, mut blocks: Vec<(String, GramStats)>) -> std::result::Result<State, String> {
+        if blocks.iter().any(|(n, _)| n.starts_with("candidate0.")) {
+            let mut states = Vec::new();
+            loop {
+                let prefix = format!("candidate{}.", states.len());
+                let (mine, rest): (Vec<_>, Vec<_>) = blocks.into_iter().partition(|(n, _)| n.starts_with(&prefix));
+                blocks = rest;
+                if mine.is_empty() {
+                    break;
+                }
+                let inner = mine.into_iter().map(|(n, s)| (n[prefix.len()..].to_string(), s)).collect();
+                states.push(State::from_blocks(1, inner)?);
+            }
+            return Ok(State::Candidates { states });
+        }
         let mut take = |name: &str| blocks.iter().position(|(n, _)| n == name).map(|i| blocks.remove(i).1);
+        if let Some(first) = take("fold0") {
+            let mut folds = vec![first];
+            while let Some(s) = take(&format!("fold{}", folds.len())) {
+                folds.push(s);
+            }
+            return Ok(State::Folds { folds });
+        }
         if passes == 2 {
             let mut pass1 = Vec::new();
             while let Some(s) = take(&format!("pass1.stage{}", pass1.len())) {
@@ -98,6 +148,24 @@ impl State {
                     (Some(a), Some(b)) => a.merge(b).map_err(|e| e.to_string())?,
                     (None, None) => {}
                     _ => return Err("one part has unlabeled statistics and the other not".into()),
+                }
+                Ok(())
+            }
+            (State::Candidates { states: a }, State::Candidates { states: b }) => {
+                if a.len() != b.len() {
+                    return Err(format!("statistics of {} and {} candidates do not merge", a.len(), b.len()));
+                }
+                for (x, y) in a.iter_mut().zip(b) {
+                    x.merge(y)?;
+                }
+                Ok(())
+            }
+            (State::Folds { folds: a }, State::Folds { folds: b }) => {
+                if a.len() != b.len() {
+                    return Err(format!("statistics of {} and {} folds do not merge", a.len(), b.len()));
+                }
+                for (x, y) in a.iter_mut().zip(b) {
+                    x.merge(y).map_err(|e| e.to_string())?;
                 }
                 Ok(())
             }

@@ -209,6 +209,7 @@ pub(crate) fn validate(
         rmse_per_output: rmse,
         chosen: chosen.clone(),
         refit_rows: None,
+        folds: None,
     };
     Ok((table, chosen))
 }
@@ -219,6 +220,9 @@ pub(crate) fn refit_state(state: &mut State, held_out: &GramStats) -> Result<()>
         State::One { labeled, .. } => labeled,
         State::Two { pass2: Some(p2), .. } => p2,
         State::Two { pass2: None, .. } => return Err(Error::Internal("refit before pass two".into())),
+        State::Folds { .. } | State::Candidates { .. } => {
+            return Err(Error::Internal("a validation refit of fold or candidate statistics".into()))
+        }
     };
     target.merge(held_out).map_err(|e| Error::Internal(format!("validation statistics: {e}")))
 }
