@@ -10,10 +10,10 @@ use crate::codes::OutputCode;
 use crate::error::{Error, Result};
 use crate::model::ValidationTable;
 use crate::pipeline::solve_step::direct_ridge;
-use crate::pipeline::spec::{LambdaValue, Metric, PipelineSpec};
+use crate::pipeline::spec::{LambdaValue, PipelineSpec};
 use crate::pipeline::state::State;
 use crate::pipeline::stream::{check_nonnegative, lambda_text};
-use crate::pipeline::validation::{best_index, SetScores};
+use crate::pipeline::validation::{best_index, logistic_loss, SetScores};
 use crate::sketch::FeaturePipeline;
 use crate::solve::SolvePath;
 use crate::source::{Chunk, Classes, Dataset};
@@ -147,11 +147,11 @@ pub(crate) fn cross_validate(
         "ridge: λ = {} by {k}-fold cross-validation on {} rows ({} {:.6})",
         lambda_text(&[lambda]),
         scores.rows,
-        if metric == Metric::Accuracy { "accuracy" } else { "mean RMSE" },
+        metric.name(),
         score[best]
     ));
     let table = ValidationTable {
-        metric: if metric == Metric::Accuracy { "accuracy".into() } else { "rmse".into() },
+        metric: metric.name().into(),
         rows: scores.rows,
         grid,
         score,
@@ -179,6 +179,7 @@ fn score_folds(
     let threads = spec.threads();
     let mut sq = vec![vec![0.0; c]; n_sets];
     let mut right = vec![0u64; n_sets];
+    let mut logistic = vec![0.0; n_sets];
     let mut rows = 0u64;
     let mut z = Vec::new();
     for unit in data.units() {
@@ -216,6 +217,7 @@ fn score_folds(
                             let v = out[(i, li * c + j)] + b[li * c + j];
                             s[i * c + j] = v;
                             sq[li][j] += (v - y[r * c + j]).powi(2);
+                            logistic[li] += logistic_loss(v * y[r * c + j]);
                         }
                     }
                     if let Some((_, code)) = classes {
@@ -229,5 +231,5 @@ fn score_folds(
             Ok(())
         })?;
     }
-    Ok(SetScores { rows, sq, right })
+    Ok(SetScores { rows, sq, right, logistic })
 }

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::lasso::{self, Penalty, Problem};
 use crate::model::{Model, ModelHeader, Projection, ProjectionInfo, SparseTable};
 use crate::pipeline::solve_step::solve_state;
-use crate::pipeline::spec::{Metric, PipelineSpec, SolverKind, SolverSpec};
+use crate::pipeline::spec::{PipelineSpec, SolverKind, SolverSpec};
 use crate::pipeline::state::State;
 use crate::pipeline::validation::{best_index, refit_state, score_sets, Space};
 use crate::sketch::{FeaturePipeline, StageSpec};
@@ -328,7 +328,7 @@ pub(crate) fn finish_sparse(
             sv.kind.name(),
             grid[chosen],
             scores.rows,
-            if metric == Metric::Accuracy { "accuracy" } else { "mean RMSE" },
+            metric.name(),
             score[chosen],
             table.nonzeros[chosen],
             basis.k,
@@ -337,7 +337,7 @@ pub(crate) fn finish_sparse(
         if chosen + 1 == grid.len() {
             say("warning: the best λ₁ is the path's last point; a smaller solver.ratio may score better");
         }
-        table.metric = Some(if metric == Metric::Accuracy { "accuracy".into() } else { "rmse".into() });
+        table.metric = Some(metric.name().into());
         table.score = score;
         table.validation_rows = scores.rows;
         if let Some(held_out) = held_out {

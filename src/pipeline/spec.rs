@@ -180,6 +180,20 @@ pub enum Metric {
     Accuracy,
     /// Root mean squared error of the scores.
     Rmse,
+    /// Mean logistic loss `log(1 + exp(−t·f))` of the ±1 scores (classification only).
+    #[serde(rename = "log_loss")]
+    LogLoss,
+}
+
+impl Metric {
+    /// The name a model header and messages use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::Accuracy => "accuracy",
+            Metric::Rmse => "rmse",
+            Metric::LogLoss => "log_loss",
+        }
+    }
 }
 
 fn default_lambda() -> LambdaValue {
@@ -474,8 +488,8 @@ impl PipelineSpec {
         if self.ridge.codes == Codes::Ecoc && self.ridge.code_length == 0 {
             return Err(Error::config(f, "ridge.code_length", "must be ≥ 1"));
         }
-        if self.ridge.metric == Some(Metric::Accuracy) && self.task == Task::Regression {
-            return Err(Error::config(f, "ridge.metric", "accuracy is for classification; use \"rmse\""));
+        if matches!(self.ridge.metric, Some(Metric::Accuracy | Metric::LogLoss)) && self.task == Task::Regression {
+            return Err(Error::config(f, "ridge.metric", "accuracy and log_loss are for classification; use \"rmse\""));
         }
         if self.data.null_labels == NullLabels::Unlabeled && self.task != Task::Classification {
             return Err(Error::config(f, "data.null_labels", "null labels as unlabeled rows is for classification"));

@@ -42,6 +42,17 @@ pub(crate) struct SetScores {
     pub(crate) sq: Vec<Vec<f64>>,
     /// Per set: rows classified right (classification).
     pub(crate) right: Vec<u64>,
+    /// Per set: Σ over rows and outputs of `log(1 + exp(−t·f))` (classification).
+    pub(crate) logistic: Vec<f64>,
+}
+
+/// `log(1 + exp(−m))` without overflow.
+pub(crate) fn logistic_loss(margin: f64) -> f64 {
+    if margin > 0.0 {
+        (-margin).exp().ln_1p()
+    } else {
+        -margin + margin.exp().ln_1p()
+    }
 }
 
 impl SetScores {
@@ -57,6 +68,10 @@ impl SetScores {
         match metric {
             Metric::Accuracy => self.right.iter().map(|&r| r as f64 / n).collect(),
             Metric::Rmse => self.rmse().iter().map(|v| v.iter().sum::<f64>() / v.len().max(1) as f64).collect(),
+            Metric::LogLoss => {
+                let c = self.sq.first().map_or(1, Vec::len).max(1) as f64;
+                self.logistic.iter().map(|l| l / (n * c)).collect()
+            }
         }
     }
 }
@@ -66,7 +81,7 @@ impl SetScores {
 pub(crate) fn best_index(score: &[f64], metric: Metric, ties_later: bool) -> usize {
     let better = |a: f64, b: f64| match metric {
         Metric::Accuracy => a > b || (ties_later && a == b),
-        Metric::Rmse => a < b || (ties_later && a == b),
+        Metric::Rmse | Metric::LogLoss => a < b || (ties_later && a == b),
     };
     let mut best = 0;
     for i in 1..score.len() {
@@ -112,6 +127,7 @@ pub(crate) fn score_sets(
     drop(sets);
     let mut sq = vec![vec![0.0; c]; n_sets];
     let mut right = vec![0u64; n_sets];
+    let mut logistic = vec![0.0; n_sets];
     crate::pipeline::stream::stream(&ds, &ds.units(), spec.run.chunk_rows, &mut |ch: Chunk| {
         check_nonnegative(prep_pipeline, &ch, &ds.features)?;
         z.resize(ch.rows * dim, 0.0);
@@ -146,6 +162,7 @@ pub(crate) fn score_sets(
                 for j in 0..c {
                     scores[r * c + j] = f[(r, j)] + ymean[j];
                     sq[li][j] += (scores[r * c + j] - y[r * c + j]).powi(2);
+                    logistic[li] += logistic_loss(scores[r * c + j] * y[r * c + j]);
                 }
             }
             if let Some((_, code)) = classes {
@@ -156,7 +173,7 @@ pub(crate) fn score_sets(
         rows += ch.rows as u64;
         Ok(())
     })?;
-    Ok(SetScores { rows, sq, right })
+    Ok(SetScores { rows, sq, right, logistic })
 }
 
 /// λ by validation: every λ of the grid scored in one stream, the best kept.
@@ -198,11 +215,11 @@ pub(crate) fn validate(
     say(&format!(
         "ridge: λ = {} by validation on {rows} rows ({} {:.6})",
         lambda_text(&chosen),
-        if metric == Metric::Accuracy { "accuracy" } else { "mean RMSE" },
+        metric.name(),
         score[best]
     ));
     let table = ValidationTable {
-        metric: if metric == Metric::Accuracy { "accuracy".into() } else { "rmse".into() },
+        metric: metric.name().into(),
         rows,
         grid,
         score,

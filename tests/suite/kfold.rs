@@ -107,6 +107,32 @@ fn pooled_fold_scores_equal_separately_trained_models_and_the_refit_is_the_all_r
             table.score[j]
         );
     }
+    // Log-loss of the ±1 scores, pooled the same way.
+    let mut ll = cv_pipeline(base());
+    ll.spec_mut().ridge.metric = Some(sketchfit::pipeline::spec::Metric::LogLoss);
+    let lt = ll.fit_files([&path]).unwrap().header.validation.clone().unwrap();
+    assert_eq!(lt.metric, "log_loss");
+    for j in [12, 28] {
+        let mut loss = 0.0;
+        for fold in &folds {
+            let rest: Vec<usize> = (0..ROWS).filter(|r| !fold.contains(r)).collect();
+            let mut m = cv_pipeline(base()).lambda(Lambda::Fixed(lt.grid[j]));
+            m.spec_mut().ridge.cv = None;
+            let fitted = m.fit([take(&all, &rest)]).unwrap();
+            let held = take(&all, fold);
+            let (s, n) = fitted.score_batches(std::slice::from_ref(&held), false).unwrap();
+            let t = held.column(4).as_any().downcast_ref::<arrow_array::Int64Array>().unwrap();
+            let c = s.len() / n;
+            for r in 0..n {
+                for k in 0..c {
+                    let y = if t.value(r) == k as i64 { 1.0 } else { -1.0 };
+                    loss += (-(s[r * c + k] * y)).exp().ln_1p();
+                }
+            }
+        }
+        let separate = loss / (ROWS * 3) as f64;
+        assert!((separate - lt.score[j]).abs() < 1e-8 * separate, "{separate} vs {}", lt.score[j]);
+    }
     // The refit: the all-rows model at the chosen λ.
     let chosen = table.chosen[0];
     let mut fixed = cv_pipeline(base()).lambda(Lambda::Fixed(chosen));
