@@ -272,32 +272,17 @@ impl GramStats {
 
     /// Adds `other` (re-shifting a copy of it first if its shift differs).
     pub fn merge(&mut self, other: &GramStats) -> std::result::Result<(), ShapeMismatch> {
-        if (self.dim(), self.c) != (other.dim(), other.c) {
-            return Err(ShapeMismatch { dim: (self.dim(), other.dim()), outputs: (self.c, other.c) });
-        }
-        let shifted;
-        let other = if other.shift == self.shift {
-            other
-        } else {
-            let mut o = other.clone();
-            o.reshift(&self.shift);
-            shifted = o;
-            &shifted
-        };
-        self.n += other.n;
-        self.gram.add_assign(&other.gram);
-        for (a, b) in
-            [(&mut self.s, &other.s), (&mut self.t, &other.t), (&mut self.u, &other.u), (&mut self.v, &other.v)]
-        {
-            a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
-        }
-        Ok(())
+        self.combine(other, false)
     }
 
     /// Removes rows merged in before (`other` must be a part of `self`): the statistics
     /// of the rest, as k-fold cross-validation needs them. Exact up to rounding.
     pub fn subtract(&mut self, other: &GramStats) -> std::result::Result<(), ShapeMismatch> {
-        if (self.dim(), self.c) != (other.dim(), other.c) || other.n > self.n {
+        self.combine(other, true)
+    }
+
+    fn combine(&mut self, other: &GramStats, minus: bool) -> std::result::Result<(), ShapeMismatch> {
+        if (self.dim(), self.c) != (other.dim(), other.c) || (minus && other.n > self.n) {
             return Err(ShapeMismatch { dim: (self.dim(), other.dim()), outputs: (self.c, other.c) });
         }
         let shifted;
@@ -309,12 +294,18 @@ impl GramStats {
             shifted = o;
             &shifted
         };
-        self.n -= other.n;
-        self.gram.sub_assign(&other.gram);
+        let sign = if minus { -1.0 } else { 1.0 };
+        if minus {
+            self.n -= other.n;
+            self.gram.sub_assign(&other.gram);
+        } else {
+            self.n += other.n;
+            self.gram.add_assign(&other.gram);
+        }
         for (a, b) in
             [(&mut self.s, &other.s), (&mut self.t, &other.t), (&mut self.u, &other.u), (&mut self.v, &other.v)]
         {
-            a.iter_mut().zip(b).for_each(|(x, y)| *x -= y);
+            a.iter_mut().zip(b).for_each(|(x, y)| *x += sign * y);
         }
         Ok(())
     }
