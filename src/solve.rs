@@ -20,6 +20,12 @@ pub enum Components {
     Share(f64),
 }
 
+/// The 41-point λ grid `σ̄·10^{-8+i/4}`, `i = 0..40`, for the mean eigenvalue `σ̄` of
+/// the centred scatter (GCV, validation and k-fold all score this grid).
+pub fn lambda_grid(sigma_bar: f64) -> Vec<f64> {
+    (0..=40).map(|i| sigma_bar * 10f64.powf(-8.0 + i as f64 / 4.0)).collect()
+}
+
 /// How λ is chosen.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -307,7 +313,7 @@ impl RotatedProblem {
     /// The λ grid `σ̄·10^{-8+i/4}`.
     pub fn grid(&self) -> (f64, Vec<f64>) {
         let sigma_bar = if self.k == 0 { 0.0 } else { self.sigma.iter().sum::<f64>() / self.k as f64 };
-        (sigma_bar, (0..=40).map(|i| sigma_bar * 10f64.powf(-8.0 + i as f64 / 4.0)).collect())
+        (sigma_bar, lambda_grid(sigma_bar))
     }
 
     /// GCV scores over the grid (stable form) for `n` labeled rows with `c_yy`.

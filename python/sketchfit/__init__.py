@@ -11,35 +11,7 @@ Arrow and NumPy inputs without copies, and the library objects (:class:`Pipeline
 from ._core import __version__
 from .core import Model, Pipeline, Statistics
 from .estimators import RFPCA, SketchRidgeClassifier, SketchRidgeRegressor
-from .sketches import (
-    Chi2Chebyshev,
-    Chi2Series,
-    CraftMaps,
-    ExpChi2,
-    GaussianSketch,
-    GaussianSketchHD,
-    RandomFourierFeatures,
-    RandomMaclaurin,
-    RecursiveTensorSketch,
-    TensorSketch,
-)
+from . import sketches as _sketches
+from .sketches import *  # noqa: F401,F403 - one transformer per family, listed in sketches.__all__
 
-__all__ = [
-    "__version__",
-    "Model",
-    "Pipeline",
-    "Statistics",
-    "SketchRidgeClassifier",
-    "SketchRidgeRegressor",
-    "RFPCA",
-    "TensorSketch",
-    "RecursiveTensorSketch",
-    "RandomMaclaurin",
-    "RandomFourierFeatures",
-    "Chi2Series",
-    "Chi2Chebyshev",
-    "ExpChi2",
-    "GaussianSketch",
-    "GaussianSketchHD",
-    "CraftMaps",
-]
+__all__ = ["__version__", "Model", "Pipeline", "Statistics", "SketchRidgeClassifier", "SketchRidgeRegressor", "RFPCA"] + _sketches.__all__

@@ -94,6 +94,33 @@ def table_for(X, features: dict) -> pa.Table:
     return pa.Table.from_arrays([pa.array(np.asarray(X[:, j])) for j in range(len(names))], names=names)
 
 
+def features_table(est, X, reset: bool, min_rows: int = 1, check=None):
+    """An estimator's input as Arrow and the pipeline's feature keys. Arrow inputs keep
+    their column names and buffers (and set or check ``feature_names_in_``); anything
+    else goes through scikit-learn's checks (2-D, numeric; non-finite values are left to
+    the core, which names the row and column) and then shares its memory."""
+    from sklearn.utils.validation import validate_data
+
+    if is_arrow(X):
+        table = arrow_table(X)
+        names = np.asarray(table.column_names, dtype=object)
+        if reset:
+            est.feature_names_in_ = names
+            est.n_features_in_ = len(names)
+        elif hasattr(est, "feature_names_in_") and list(names) != list(est.feature_names_in_):
+            raise ValueError(f"the columns {list(names)} differ from the columns seen in fit {list(est.feature_names_in_)}")
+        return table, {"features": list(table.column_names)}
+    X = validate_data(est, X, reset=reset, dtype=[np.float64, np.float32], order=None, ensure_all_finite=False)
+    if reset and X.shape[0] < min_rows:
+        raise ValueError(f"n_samples={X.shape[0]}: fitting needs at least {min_rows} rows")
+    if reset and check is not None:
+        check(X)
+    table, layout = numpy_table(X)
+    if layout.list_column is not None:
+        return table, {"feature_list": layout.list_column}
+    return table, {"features": list(layout.columns)}
+
+
 def with_columns(table: pa.Table, columns: dict) -> pa.Table:
     """The table with extra columns (labels, targets) appended; the feature columns'
     buffers are shared, not copied."""

@@ -15,7 +15,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 
 from . import _core
-from ._inputs import arrow_table, expand_paths, is_arrow, is_paths, label_array, numpy_table, table_for, with_columns
+from ._inputs import arrow_table, expand_paths, features_table, is_arrow, is_paths, label_array, table_for, with_columns
 from ._spec import pipeline_text, seed_of, stage_dicts
 from .core import Model, Statistics
 
@@ -64,26 +64,7 @@ class _SketchModel(BaseEstimator):
     # Inputs -----------------------------------------------------------------------
 
     def _features(self, X, reset: bool):
-        """The Arrow table of the features and the pipeline's feature keys. Arrow
-        inputs keep their column names and buffers; NumPy goes through scikit-learn's
-        checks first (finite, 2-D, numeric) and then shares its memory."""
-        if is_arrow(X):
-            table = arrow_table(X)
-            names = np.asarray(table.column_names, dtype=object)
-            if reset:
-                self.feature_names_in_ = names
-                self.n_features_in_ = len(names)
-            elif hasattr(self, "feature_names_in_") and list(names) != list(self.feature_names_in_):
-                raise ValueError(f"the columns {list(names)} differ from the columns seen in fit {list(self.feature_names_in_)}")
-            return table, {"features": list(table.column_names)}
-        # Non-finite values are left to the core, which names the row and column.
-        X = validate_data(self, X, reset=reset, dtype=[np.float64, np.float32], order=None, ensure_all_finite=False)
-        if reset and X.shape[0] < 2:
-            raise ValueError(f"n_samples={X.shape[0]}: fitting needs at least 2 rows")
-        table, layout = numpy_table(X)
-        if layout.list_column is not None:
-            return table, {"feature_list": layout.list_column}
-        return table, {"features": list(layout.columns)}
+        return features_table(self, X, reset, min_rows=2)
 
     def _predict_table(self, X):
         check_is_fitted(self, "n_features_in_")

@@ -12,7 +12,7 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from . import _core
-from ._inputs import arrow_table, is_arrow, numpy_table, table_for
+from ._inputs import arrow_table, features_table, is_arrow, table_for
 from ._spec import pipeline_text, seed_of
 
 COMMON = ("normalize", "weight", "down", "down_dim")
@@ -28,17 +28,7 @@ class _Sketch(TransformerMixin, BaseEstimator):
         return {"kind": self._kind, **{k: getattr(self, k) for k in self._keys if getattr(self, k) is not None}}
 
     def _table(self, X, reset: bool):
-        if is_arrow(X):
-            table = arrow_table(X)
-            if reset:
-                self.feature_names_in_ = np.asarray(table.column_names, dtype=object)
-                self.n_features_in_ = len(table.column_names)
-            return table, {"features": list(table.column_names)}
-        X = validate_data(self, X, reset=reset, dtype=[np.float64, np.float32], order=None, ensure_all_finite=False)
-        if self._nonnegative and reset:
-            _refuse_negative(self, X)
-        table, layout = numpy_table(X)
-        return table, ({"feature_list": layout.list_column} if layout.list_column else {"features": list(layout.columns)})
+        return features_table(self, X, reset, check=(lambda X: _refuse_negative(self, X)) if self._nonnegative else None)
 
     def fit(self, X, y=None):
         table, data = self._table(X, reset=True)

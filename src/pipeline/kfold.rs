@@ -13,7 +13,7 @@ use crate::pipeline::solve_step::direct_ridge;
 use crate::pipeline::spec::{LambdaValue, PipelineSpec};
 use crate::pipeline::state::State;
 use crate::pipeline::stream::{check_nonnegative, lambda_text};
-use crate::pipeline::validation::{best_index, logistic_loss, SetScores};
+use crate::pipeline::validation::{best_index, chunk_truth, SetScores};
 use crate::sketch::FeaturePipeline;
 use crate::solve::SolvePath;
 use crate::source::{Chunk, Classes, Dataset};
@@ -72,14 +72,13 @@ pub(crate) fn chunk_folds(spec: &PipelineSpec, file: usize, row_group: usize, ch
     (0..ch.rows).map(|r| fold_of(spec.run.seed, file, row_group, ch.first_row + r, k) as u8).collect()
 }
 
-/// The λ grid of the total statistics: the GCV grid's (σ̄ · 10^(−8 … 2) in 41 steps,
-/// σ̄ the mean eigenvalue of the centred scatter, its trace over D), shared by every fold.
+/// The GCV grid of the total statistics, shared by every fold: σ̄ is the mean eigenvalue
+/// of the centred scatter, its trace over D, so no eigendecomposition is needed.
 fn grid_of(total: &GramStats) -> Vec<f64> {
     let inv = 1.0 / total.n.max(1) as f64;
     let diag = total.gram.diagonal();
     let trace: f64 = diag.iter().zip(&total.s).map(|(g, s)| g - s * s * inv).sum();
-    let sigma_bar = trace / total.dim().max(1) as f64;
-    (0..=40).map(|i| sigma_bar * 10f64.powf(-8.0 + i as f64 / 4.0)).collect()
+    crate::solve::lambda_grid(trace / total.dim().max(1) as f64)
 }
 
 /// Chooses λ by k-fold cross-validation and leaves the total statistics in `state`
@@ -177,30 +176,14 @@ fn score_folds(
     let n_sets = models.first().map_or(0, |m| m.1.len() / c.max(1));
     let dim = pipeline.output_dim();
     let threads = spec.threads();
-    let mut sq = vec![vec![0.0; c]; n_sets];
-    let mut right = vec![0u64; n_sets];
-    let mut logistic = vec![0.0; n_sets];
-    let mut rows = 0u64;
+    let mut out = SetScores::new(n_sets, c);
     let mut z = Vec::new();
     for unit in data.units() {
         data.read_unit(unit, spec.run.chunk_rows, &mut |ch: Chunk| {
             check_nonnegative(pipeline, &ch, &data.features)?;
             z.resize(ch.rows * dim, 0.0);
             pipeline.map_chunk(&ch.x, ch.rows, &mut z, threads);
-            let (truth, y): (Vec<u32>, Vec<f64>) = match classes {
-                Some((cl, code)) => {
-                    let loc = ch.location.clone().column(spec.data.label.clone().unwrap_or_default());
-                    let labels = ch
-                        .labels
-                        .as_ref()
-                        .ok_or_else(|| Error::Internal("k-fold scoring read no label column".into()))?;
-                    let t = cl.encode(labels, &loc)?;
-                    let mut y = Vec::new();
-                    code.targets(&t, &mut y);
-                    (t, y)
-                }
-                None => (Vec::new(), ch.targets.clone()),
-            };
+            let (truth, y) = chunk_truth(spec, classes, &ch)?;
             let fold = chunk_folds(spec, unit.file, unit.row_group, &ch, k);
             for (f, (w, b)) in models.iter().enumerate() {
                 let members: Vec<usize> = (0..ch.rows).filter(|&r| fold[r] as usize == f).collect();
@@ -209,27 +192,22 @@ fn score_folds(
                 }
                 let zf =
                     ndarray::Array2::from_shape_fn((members.len(), dim), |(i, j)| f64::from(z[members[i] * dim + j]));
-                let out = zf.dot(w);
+                let f_all = zf.dot(w);
+                let yf: Vec<f64> = members.iter().flat_map(|&r| y[r * c..(r + 1) * c].iter().copied()).collect();
+                let tf: Vec<u32> = members.iter().filter_map(|&r| truth.get(r).copied()).collect();
                 let mut s = vec![0.0; members.len() * c];
                 for li in 0..n_sets {
-                    for (i, &r) in members.iter().enumerate() {
+                    for i in 0..members.len() {
                         for j in 0..c {
-                            let v = out[(i, li * c + j)] + b[li * c + j];
-                            s[i * c + j] = v;
-                            sq[li][j] += (v - y[r * c + j]).powi(2);
-                            logistic[li] += logistic_loss(v * y[r * c + j]);
+                            s[i * c + j] = f_all[(i, li * c + j)] + b[li * c + j];
                         }
                     }
-                    if let Some((_, code)) = classes {
-                        right[li] +=
-                            code.decode(&s).iter().zip(&members).filter(|(p, &r)| **p == truth[r] as usize).count()
-                                as u64;
-                    }
+                    out.add(li, &s, &yf, &tf, classes.map(|(_, code)| code));
                 }
             }
-            rows += ch.rows as u64;
+            out.rows += ch.rows as u64;
             Ok(())
         })?;
     }
-    Ok(SetScores { rows, sq, right, logistic })
+    Ok(out)
 }

@@ -56,6 +56,23 @@ pub(crate) fn logistic_loss(margin: f64) -> f64 {
 }
 
 impl SetScores {
+    pub(crate) fn new(sets: usize, c: usize) -> SetScores {
+        SetScores { rows: 0, sq: vec![vec![0.0; c]; sets], right: vec![0; sets], logistic: vec![0.0; sets] }
+    }
+
+    /// Adds set `li`'s scores of some rows (row-major `rows × c`) against their coded
+    /// targets `y` and, for classification, their classes (`truth`, decoded by `code`).
+    pub(crate) fn add(&mut self, li: usize, scores: &[f64], y: &[f64], truth: &[u32], code: Option<&OutputCode>) {
+        let c = self.sq[li].len().max(1);
+        for (i, (s, t)) in scores.iter().zip(y).enumerate() {
+            self.sq[li][i % c] += (s - t).powi(2);
+            self.logistic[li] += logistic_loss(s * t);
+        }
+        if let Some(code) = code {
+            self.right[li] += code.decode(scores).iter().zip(truth).filter(|(p, t)| **p == **t as usize).count() as u64;
+        }
+    }
+
     /// Per set, per output: the RMSE.
     pub(crate) fn rmse(&self) -> Vec<Vec<f64>> {
         let n = self.rows.max(1) as f64;
@@ -73,6 +90,27 @@ impl SetScores {
                 self.logistic.iter().map(|l| l / (n * c)).collect()
             }
         }
+    }
+}
+
+/// A held-out chunk's class indices (classification; empty otherwise) and its coded
+/// targets, `rows × c`.
+pub(crate) fn chunk_truth(
+    spec: &PipelineSpec,
+    classes: Option<(&Classes, &OutputCode)>,
+    ch: &Chunk,
+) -> Result<(Vec<u32>, Vec<f64>)> {
+    match classes {
+        Some((cl, code)) => {
+            let loc = ch.location.clone().column(spec.data.label.clone().unwrap_or_default());
+            let labels =
+                ch.labels.as_ref().ok_or_else(|| Error::Internal("held-out rows without a label column".into()))?;
+            let t = cl.encode(labels, &loc)?;
+            let mut y = Vec::new();
+            code.targets(&t, &mut y);
+            Ok((t, y))
+        }
+        None => Ok((Vec::new(), ch.targets.clone())),
     }
 }
 
@@ -116,7 +154,6 @@ pub(crate) fn score_sets(
     let (c, dim) = (space.ymean.len(), prep_pipeline.output_dim());
     let ymean = space.ymean;
 
-    let mut rows = 0u64;
     let threads = spec.threads();
     let mut z = Vec::new();
     let width = sets.first().map_or(0, |w| w.len() / c.max(1));
@@ -125,26 +162,13 @@ pub(crate) fn score_sets(
     // The side-by-side copy is all the stream needs: at large D the sets are not kept twice.
     let n_sets = sets.len();
     drop(sets);
-    let mut sq = vec![vec![0.0; c]; n_sets];
-    let mut right = vec![0u64; n_sets];
-    let mut logistic = vec![0.0; n_sets];
+    let mut out = SetScores::new(n_sets, c);
     crate::pipeline::stream::stream(&ds, &ds.units(), spec.run.chunk_rows, &mut |ch: Chunk| {
         check_nonnegative(prep_pipeline, &ch, &ds.features)?;
         z.resize(ch.rows * dim, 0.0);
         prep_pipeline.map_chunk(&ch.x, ch.rows, &mut z, threads);
         let (phi, q, qw) = centred_features(space.pcas, space.mean, &z, ch.rows, dim);
-        let (truth, y): (Vec<u32>, Vec<f64>) = match classes {
-            Some((cl, code)) => {
-                let loc = ch.location.clone().column(spec.data.label.clone().unwrap_or_default());
-                let labels =
-                    ch.labels.as_ref().ok_or_else(|| Error::Internal("validation read no label column".into()))?;
-                let t = cl.encode(labels, &loc)?;
-                let mut y = Vec::new();
-                code.targets(&t, &mut y);
-                (t, y)
-            }
-            None => (Vec::new(), ch.targets.clone()),
-        };
+        let (truth, y) = chunk_truth(spec, classes, &ch)?;
         if let Some(st) = refit.as_deref_mut() {
             // The refit's statistics, in the space the training statistics are in.
             match space.pcas {
@@ -161,19 +185,14 @@ pub(crate) fn score_sets(
             for r in 0..ch.rows {
                 for j in 0..c {
                     scores[r * c + j] = f[(r, j)] + ymean[j];
-                    sq[li][j] += (scores[r * c + j] - y[r * c + j]).powi(2);
-                    logistic[li] += logistic_loss(scores[r * c + j] * y[r * c + j]);
                 }
             }
-            if let Some((_, code)) = classes {
-                right[li] +=
-                    code.decode(&scores).iter().zip(&truth).filter(|(p, t)| **p == **t as usize).count() as u64;
-            }
+            out.add(li, &scores, &y, &truth, classes.map(|(_, code)| code));
         }
-        rows += ch.rows as u64;
+        out.rows += ch.rows as u64;
         Ok(())
     })?;
-    Ok(SetScores { rows, sq, right, logistic })
+    Ok(out)
 }
 
 /// λ by validation: every λ of the grid scored in one stream, the best kept.
