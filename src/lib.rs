@@ -43,6 +43,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod api;
+mod band;
 pub mod chol;
 pub mod codes;
 pub mod container;

@@ -6,18 +6,16 @@
 //! Weights at any λ (one per output, or a whole grid for validation) are then one
 //! tridiagonal solve per column and one application of `Q`: `W = Q (T + λI)⁻¹ Qᵀ C_zy`.
 //!
-//! Cost: `4D³/3` for the reduction, `O(D² c)` for the rest; memory one dense `D × D`.
+//! The reduction is two-stage (dense → band by GEMM-rich block updates, band →
+//! tridiagonal by bulge chasing; `band.rs`), so it runs at the matrix product's rate
+//! rather than the memory's.
+//!
+//! Cost: `4D³/3 + 6D²b` for the reduction, `O(D² c)` for the rest; memory one dense
+//! `D × D` and `D × 6b` beside it.
 
-use faer::dyn_stack::{MemBuffer, MemStack};
-use faer::linalg::evd::tridiag::{tridiag_in_place, tridiag_in_place_scratch};
-use faer::linalg::householder::{
-    apply_block_householder_sequence_on_the_left_in_place_scratch,
-    apply_block_householder_sequence_on_the_left_in_place_with_conj,
-    apply_block_householder_sequence_transpose_on_the_left_in_place_scratch,
-    apply_block_householder_sequence_transpose_on_the_left_in_place_with_conj,
-};
-use faer::{Conj, Mat, Par};
+use faer::{Mat, Par};
 
+use crate::band::{default_band, work_bytes, TwoStage};
 use crate::error::{Error, Result};
 use crate::solve::RotatedProblem;
 use crate::stats::{tile_range, GramStats};
@@ -25,31 +23,30 @@ use crate::stats::{tile_range, GramStats};
 /// The tridiagonal form of a centred covariance with its rotated right-hand sides.
 #[derive(Debug)]
 pub struct Tridiagonal {
-    /// Reflectors below the subdiagonal (column-major `D × D`; the rest is unused).
-    reflectors: Mat<f64>,
-    /// Block Householder factors of the reflectors.
-    factors: Mat<f64>,
-    /// `T`'s diagonal.
-    diag: Vec<f64>,
-    /// `T`'s subdiagonal (`offdiag[i] = T[i+1, i]`).
-    offdiag: Vec<f64>,
+    /// `C = Q T Qᵀ`: `T` and the reflectors of `Q` (two-stage, see `band.rs`).
+    form: TwoStage,
     /// `Qᵀ C_zy`, column-major `D × c`.
     rotated_rhs: Mat<f64>,
     /// Eigenvalues of `C`, descending, negatives clamped to 0.
     pub sigma: Vec<f64>,
     /// `R̃ = Vᵀ Qᵀ C_zy` in the order of `sigma`, row-major `D × c`.
     pub rt: Vec<f64>,
-    par: Par,
+    threads: usize,
 }
 
 /// Bytes the tridiagonal path allocates beyond the statistics for `D`, `c`.
 pub fn bytes_for(dim: usize, c: usize) -> u64 {
-    8 * (dim * dim + 64 * dim + 4 * dim * c.max(1) + 41 * dim * c) as u64
+    8 * (dim * dim + 4 * dim * c.max(1) + 41 * dim * c) as u64 + work_bytes(dim, default_band(dim))
 }
 
 impl Tridiagonal {
     /// Reduces the centred covariance of `stats` (`G − ssᵀ/n`) and rotates `C_zy`.
     pub fn new(stats: &GramStats, threads: usize) -> Result<Tridiagonal> {
+        Self::with_band(stats, threads, default_band(stats.dim()))
+    }
+
+    /// [`Tridiagonal::new`] with the two-stage reduction's band half-width.
+    fn with_band(stats: &GramStats, threads: usize, band: usize) -> Result<Tridiagonal> {
         let (dim, c) = (stats.dim(), stats.c);
         let n = stats.n as f64;
         let inv = if n > 0.0 { 1.0 / n } else { 0.0 };
@@ -66,37 +63,17 @@ impl Tridiagonal {
             }
         }
         let mut rhs = Mat::<f64>::from_fn(dim, c, |i, k| stats.t[i * c + k] - stats.s[i] * stats.u[k] * inv);
+        let threads = threads.max(1);
         let par = if threads > 1 { Par::rayon(threads) } else { Par::Seq };
-        let bs = faer::linalg::qr::no_pivoting::factor::recommended_block_size::<f64>(dim, dim).max(1);
-        let mut factors = Mat::<f64>::zeros(bs, dim.saturating_sub(1));
-        if dim > 1 {
-            let req = tridiag_in_place_scratch::<f64>(dim, par, Default::default()).or(
-                apply_block_householder_sequence_transpose_on_the_left_in_place_scratch::<f64>(dim - 1, bs, c.max(1)),
-            );
-            let mut buf = MemBuffer::new(req);
-            let stack = MemStack::new(&mut buf);
-            tridiag_in_place(a.as_mut(), factors.as_mut(), par, stack, Default::default());
-            if c > 0 {
-                apply_block_householder_sequence_transpose_on_the_left_in_place_with_conj(
-                    a.as_ref().submatrix(1, 0, dim - 1, dim - 1),
-                    factors.as_ref(),
-                    Conj::No,
-                    rhs.as_mut().subrows_mut(1, dim - 1),
-                    par,
-                    stack,
-                );
-            }
-        }
-        let diag: Vec<f64> = (0..dim).map(|i| a[(i, i)]).collect();
-        let offdiag: Vec<f64> = (0..dim).map(|i| if i + 1 < dim { a[(i + 1, i)] } else { 0.0 }).collect();
-        if diag.iter().chain(&offdiag).any(|v| !v.is_finite()) {
+        let form = TwoStage::reduce(a, band, rhs.as_mut(), par);
+        if form.diag.iter().chain(&form.offdiag).any(|v| !v.is_finite()) {
             return Err(Error::Numerical(
                 "the covariance is not finite (features too large for the sums); normalise the rows or scale the inputs"
                     .into(),
             ));
         }
-        let mut values = diag.clone();
-        let mut sub = offdiag.clone();
+        let mut values = form.diag.clone();
+        let mut sub = form.offdiag.clone();
         let mut b: Vec<f64> = (0..dim).flat_map(|i| (0..c).map(move |k| (i, k))).map(|(i, k)| rhs[(i, k)]).collect();
         implicit_ql(&mut values, &mut sub, &mut b, c).map_err(|at| {
             Error::Numerical(format!("the tridiagonal eigenvalue iteration did not converge at eigenvalue {at}"))
@@ -105,7 +82,7 @@ impl Tridiagonal {
         order.sort_by(|&x, &y| values[y].total_cmp(&values[x]));
         let sigma = order.iter().map(|&j| values[j].max(0.0)).collect();
         let rt = order.iter().flat_map(|&j| b[j * c..(j + 1) * c].to_vec()).collect();
-        Ok(Tridiagonal { reflectors: a, factors, diag, offdiag, rotated_rhs: rhs, sigma, rt, par })
+        Ok(Tridiagonal { form, rotated_rhs: rhs, sigma, rt, threads })
     }
 
     /// The problem in the eigenbasis without its basis: enough for the λ grid and GCV.
@@ -127,7 +104,8 @@ impl Tridiagonal {
 
     /// `W` for several λ vectors at once (one `Q` application for all of them).
     pub fn weights_many(&self, sets: &[Vec<f64>]) -> Vec<Vec<f64>> {
-        let dim = self.diag.len();
+        let (diag, offdiag) = (&self.form.diag, &self.form.offdiag);
+        let dim = diag.len();
         let c = self.rotated_rhs.ncols();
         let cols = sets.len() * c;
         let mut x = Mat::<f64>::zeros(dim, cols);
@@ -135,25 +113,13 @@ impl Tridiagonal {
             for (k, &lambda) in lambdas.iter().enumerate().take(c) {
                 let col = s * c + k;
                 let mut r: Vec<f64> = (0..dim).map(|i| self.rotated_rhs[(i, k)]).collect();
-                tridiagonal_solve(&self.diag, &self.offdiag, lambda, &mut r);
+                tridiagonal_solve(diag, offdiag, lambda, &mut r);
                 for (i, v) in r.into_iter().enumerate() {
                     x[(i, col)] = v;
                 }
             }
         }
-        if dim > 1 && cols > 0 {
-            let bs = self.factors.nrows();
-            let req = apply_block_householder_sequence_on_the_left_in_place_scratch::<f64>(dim - 1, bs, cols);
-            let mut buf = MemBuffer::new(req);
-            apply_block_householder_sequence_on_the_left_in_place_with_conj(
-                self.reflectors.as_ref().submatrix(1, 0, dim - 1, dim - 1),
-                self.factors.as_ref(),
-                Conj::No,
-                x.as_mut().subrows_mut(1, dim - 1),
-                self.par,
-                MemStack::new(&mut buf),
-            );
-        }
+        self.form.apply_q(x.as_mut(), self.threads);
         (0..sets.len())
             .map(|s| (0..dim).flat_map(|i| (0..c).map(move |k| (i, k))).map(|(i, k)| x[(i, s * c + k)]).collect())
             .collect()
@@ -339,24 +305,27 @@ mod against_dense {
         let cl = st.centered();
         let pca = Pca::fit(&cl, Components::All).unwrap();
         let dense = RotatedProblem::new(&pca, &cl, true, false).unwrap();
-        let form = Tridiagonal::new(&st, 2).unwrap();
-        assert!(rel(&form.sigma, &pca.eigenvalues) < 1e-10);
-        let fast = form.problem(pca.tau);
-        let (a, b) = (fast.gcv(cl.n, &cl.cyy), dense.gcv(cl.n, &cl.cyy));
-        assert!(rel(&a.grid, &b.grid) < 1e-12);
-        assert!(rel(&a.df, &b.df) < 1e-10);
-        assert!(rel(&a.shared, &b.shared) < 1e-8, "GCV curves differ by {}", rel(&a.shared, &b.shared));
-        assert_eq!(a.chosen_shared, b.chosen_shared);
-        assert_eq!(a.chosen_per_output, b.chosen_per_output);
-        // Per-output λ, and the whole grid at once (the validation path).
-        let lambdas = [b.grid[10], b.grid[20], b.grid[25], b.grid[30]];
-        let (want, _) = dense.fold(&dense.coefficients(&lambdas), &cl);
-        let got = form.weights(&lambdas);
-        assert!(rel(&got, &want) < 1e-8, "weights differ by {}", rel(&got, &want));
-        let sets: Vec<Vec<f64>> = b.grid.iter().map(|&l| vec![l; c]).collect();
-        for (set, w) in sets.iter().zip(form.weights_many(&sets)).skip(8) {
-            let (want, _) = dense.fold(&dense.coefficients(set), &cl);
-            assert!(rel(&w, &want) < 1e-7, "λ = {}: {}", set[0], rel(&w, &want));
+        // Bands: several stage-one panels, the default, and none (stage two alone).
+        for band in [7, 32, dim] {
+            let form = Tridiagonal::with_band(&st, 2, band).unwrap();
+            assert!(rel(&form.sigma, &pca.eigenvalues) < 1e-10);
+            let fast = form.problem(pca.tau);
+            let (a, b) = (fast.gcv(cl.n, &cl.cyy), dense.gcv(cl.n, &cl.cyy));
+            assert!(rel(&a.grid, &b.grid) < 1e-12);
+            assert!(rel(&a.df, &b.df) < 1e-10);
+            assert!(rel(&a.shared, &b.shared) < 1e-8, "GCV curves differ by {}", rel(&a.shared, &b.shared));
+            assert_eq!(a.chosen_shared, b.chosen_shared);
+            assert_eq!(a.chosen_per_output, b.chosen_per_output);
+            // Per-output λ, and the whole grid at once (the validation path).
+            let lambdas = [b.grid[10], b.grid[20], b.grid[25], b.grid[30]];
+            let (want, _) = dense.fold(&dense.coefficients(&lambdas), &cl);
+            let got = form.weights(&lambdas);
+            assert!(rel(&got, &want) < 1e-8, "weights differ by {}", rel(&got, &want));
+            let sets: Vec<Vec<f64>> = b.grid.iter().map(|&l| vec![l; c]).collect();
+            for (set, w) in sets.iter().zip(form.weights_many(&sets)).skip(8) {
+                let (want, _) = dense.fold(&dense.coefficients(set), &cl);
+                assert!(rel(&w, &want) < 1e-7, "λ = {}: {}", set[0], rel(&w, &want));
+            }
         }
     }
 }
