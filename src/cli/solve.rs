@@ -31,7 +31,9 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let spec = PipelineSpec::load(&a.pipeline, &a.set)?;
+    let mut spec = PipelineSpec::load(&a.pipeline, &a.set)?;
+    // The parts are the statistics on disk: a large fixed-λ solve may consume them.
+    spec.run.stats_on_disk = true;
     let quiet = a.quiet;
     let outcome = solve_parts(&spec, &a.parts, a.allow_partial, a.pass1.as_deref(), &a.output, &mut |l| {
         if !quiet {

@@ -32,7 +32,7 @@ pub fn run(a: Args) -> Result<()> {
     if let Some(t) = a.threads {
         set.push(format!("run.threads={t}"));
     }
-    let spec = PipelineSpec::load(&a.pipeline, &set)?;
+    let mut spec = PipelineSpec::load(&a.pipeline, &set)?;
     let quiet = a.quiet;
     let checkpoint = (spec.run.checkpoint_every > 0).then(|| {
         spec.run.checkpoint.clone().unwrap_or_else(|| {
@@ -41,6 +41,7 @@ pub fn run(a: Args) -> Result<()> {
             p.into()
         })
     });
+    spec.run.stats_on_disk = checkpoint.is_some();
     // Test files are read after training: register them now so that an output onto
     // one of them is refused before the pass, not after it.
     for t in sketchfit::source::expand_paths(&spec.data.test).unwrap_or_default() {

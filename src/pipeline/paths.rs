@@ -31,15 +31,27 @@ pub(crate) fn solve_bytes(path: SolvePath, dim: usize, c: usize) -> u64 {
     }
 }
 
-/// Whether the Cholesky path must factor the statistics' own Gram: a copy would not fit
-/// beside them within `run.memory_limit_mib`, or in the memory the machine has left.
+/// The largest Gram copy a fixed-λ solve makes when the statistics are safe on disk
+/// anyway: past it (D above about 8,000) factoring them in place saves more memory than
+/// writing them costs time (1 GiB at D = 16,384 against a pass of minutes).
+const COPY_WHEN_ON_DISK_MAX: u64 = 256 << 20;
+
+/// Whether the Cholesky path factors the statistics' own Gram: a copy would not fit
+/// beside them within `run.memory_limit_mib` (or in the memory the machine has left), or
+/// the statistics are on disk (`run.stats_on_disk`) and the copy would be large.
 pub(crate) fn solve_in_place(spec: &PipelineSpec, stats: &GramStats) -> bool {
     let copy = solve_bytes(SolvePath::Cholesky, stats.dim(), stats.c);
-    if spec.run.memory_limit_mib > 0 {
-        stats.size_bytes() + copy > spec.run.memory_limit_mib << 20
+    let fits = if spec.run.memory_limit_mib > 0 {
+        stats.size_bytes() + copy <= spec.run.memory_limit_mib << 20
     } else {
-        available_memory().is_some_and(|free| copy > free)
-    }
+        available_memory().is_none_or(|free| copy <= free)
+    };
+    !fits || large_copy_on_disk(spec, copy)
+}
+
+/// The statistics are on disk and a Gram copy of `copy` bytes would be large.
+pub(crate) fn large_copy_on_disk(spec: &PipelineSpec, copy: u64) -> bool {
+    spec.run.stats_on_disk && copy > COPY_WHEN_ON_DISK_MAX
 }
 
 /// The solve path for this pipeline (math.md §13.7): the cheapest one that answers its

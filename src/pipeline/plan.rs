@@ -376,7 +376,8 @@ pub(crate) fn check_memory(spec: &PipelineSpec, prep: &Prepared, say: &mut dyn F
     let limit = memory_limit(spec);
     let solve = solve_bytes(path, solve_dim, c);
     // The chunk buffers are gone by the solve: the copy has to fit beside the statistics.
-    let in_place = path == SolvePath::Cholesky && limit.is_some_and(|l| stats + solve > l);
+    let in_place = path == SolvePath::Cholesky
+        && (limit.is_some_and(|l| stats + solve > l) || crate::pipeline::paths::large_copy_on_disk(spec, solve));
     // A refit keeps the validation rows' statistics beside the solve's matrices.
     let refit =
         spec.ridge.refit && !spec.data.validation.is_empty() && !matches!(spec.lambda()?, LambdaChoice::Fixed(_));

@@ -343,6 +343,11 @@ pub struct RunSpec {
     /// Precision of the Gram products: `"f64"` (default) or `"f32"`.
     #[serde(default)]
     pub gram: crate::stats::Precision,
+    /// The statistics are safe on disk when the solve starts (a checkpoint is kept, or
+    /// they were read from part files), so a fixed-λ solve may factor them in place
+    /// rather than a copy. Set by the driver, never by the file.
+    #[serde(skip)]
+    pub stats_on_disk: bool,
 }
 
 fn default_checkpoint_every() -> usize {
@@ -371,6 +376,7 @@ impl Default for RunSpec {
             checkpoint_every: default_checkpoint_every(),
             checkpoint: None,
             gram: crate::stats::Precision::F64,
+            stats_on_disk: false,
         }
     }
 }

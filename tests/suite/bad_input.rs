@@ -648,6 +648,41 @@ fn the_memory_statement_covers_the_solve_path_and_a_fixed_lambda_factors_in_plac
 }
 
 #[test]
+fn a_large_fixed_lambda_solve_consumes_statistics_that_are_on_disk_and_equals_the_copy() {
+    let dir = TempDir::new("on-disk");
+    write_parquet(&dir.path("t.parquet"), good_columns(200), 100);
+    // D = 8192: the Gram copy (277 MB) passes the 256 MiB a solve copies when the
+    // statistics are safe on disk anyway.
+    let p = pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", "dim = 8192\n\n[ridge]\nlambda = 0.1");
+    std::fs::write(&p, std::fs::read_to_string(&p).unwrap().replace("dim = 16\n", "")).unwrap();
+    let path = |name: &str| dir.path(name).to_string_lossy().into_owned();
+    // `train` keeps a checkpoint by default: written, factored in place, removed.
+    let out = sketchfit(&["train", &p, "-o", &path("in.sfm")]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("cholesky path, in place"), "{err}");
+    assert!(err.contains("before the in-place solve") && !dir.path("in.sfm.ckpt").exists(), "{err}");
+    // Without a checkpoint the statistics exist only in memory: a copy is factored.
+    let out = sketchfit(&["train", &p, "-o", &path("copy.sfm"), "--set", "run.checkpoint_every=0"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains("in place"), "{err}");
+    // `solve` from a part: the part is the copy on disk.
+    let out = sketchfit(&["accumulate", &p, "--shard", "0/1", "-o", &path("p.stats"), "-q"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = sketchfit(&["solve", &p, &path("p.stats"), "-o", &path("part.sfm")]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("factoring in place"), "{err}");
+    assert!(dir.path("p.stats").exists());
+    // The same arithmetic either way: the models are equal bit for bit.
+    let load = |name: &str| sketchfit::model::Model::load(&dir.path(name)).unwrap();
+    let (a, b, c) = (load("in.sfm"), load("copy.sfm"), load("part.sfm"));
+    assert_eq!((&a.weights, &a.bias), (&b.weights, &b.bias));
+    assert_eq!((&a.weights, &a.bias), (&c.weights, &c.bias));
+}
+
+#[test]
 fn lossy_label_casts_duplicate_names_and_glob_named_columns_are_not_silent() {
     use arrow_array::UInt64Array;
     let dir = TempDir::new("lossy");
