@@ -11,8 +11,10 @@
 //!
 //! Nothing beyond the one dense `D × D` the caller hands over is needed to keep `Q`: the
 //! stage-one reflectors stay below the band in the lower triangle (as LAPACK keeps them),
-//! and the stage-two reflectors of sweep `j` go into row `j` of the strict upper triangle,
-//! which the reduction never reads. The band itself is chased in a separate `D × (2b+1)`.
+//! and the stage-two reflectors of sweep `j` (one value per row `j+1 … D−1`: each
+//! reflector's τ in its first row's slot, its essentials after) go down column `D−1−j` of
+//! the strict upper triangle, which has exactly that many slots and which the reduction
+//! never reads. The band itself is chased in a separate `D × (2b+1)`.
 
 use faer::linalg::matmul::matmul;
 use faer::linalg::matmul::triangular::{self, BlockStructure};
@@ -88,18 +90,15 @@ impl TwoStage {
             rest = tail;
         }
         crate::trigram::parallel(blocks, threads, |mut block| {
+            let mut rows = RowMajor::from(block.as_ref());
             for j in (0..n.saturating_sub(2)).rev() {
+                let sweep = self.sweep(j);
                 for &(s, len) in segments(j, n, self.band).iter().rev() {
-                    let tau = self.store[(j, s)];
-                    if tau == 0.0 || len < 2 {
-                        continue;
-                    }
-                    let v: Vec<f64> = (0..len).map(|i| if i == 0 { 1.0 } else { self.store[(j, s + i)] }).collect();
-                    for col in 0..block.ncols() {
-                        reflect_column(&v, tau, block.rb_mut(), col, s);
-                    }
+                    let at = s - j - 1;
+                    rows.reflect(s, &sweep[at + 1..at + len], sweep[at]);
                 }
             }
+            rows.write_to(block.rb_mut());
         });
         let b = self.band;
         for (p, t) in self.panel_t.iter().enumerate().rev() {
@@ -111,16 +110,60 @@ impl TwoStage {
     }
 }
 
-/// `x[s.., col] ← (I − τ v vᵀ) x[s.., col]` (rows `s..s+len(v)`).
-fn reflect_column(v: &[f64], tau: f64, x: MatMut<'_, f64>, col: usize, s: usize) {
-    let mut c = x.col_mut(col).subrows_mut(s, v.len());
-    match c.rb_mut().try_as_col_major_mut() {
-        Some(c) => reflect(v, tau, c.as_slice_mut()),
-        // Columns of a `Mat` are contiguous; a strided view still gets the right answer.
-        None => {
-            let t = tau * (0..v.len()).map(|i| v[i] * c[i]).sum::<f64>();
-            for (i, vi) in v.iter().enumerate() {
-                c[i] -= t * vi;
+impl TwoStage {
+    /// Sweep `j`'s stage-two reflectors: the value for row `r` at `r − j − 1`.
+    fn sweep(&self, j: usize) -> &[f64] {
+        let n = self.store.nrows();
+        &self.store.col_as_slice(n - 1 - j)[..n - 1 - j]
+    }
+}
+
+/// A row-major copy of a block, so that a reflector on rows `s..s+len` works on
+/// `len` contiguous rows with long vector loops (one pass for `vᵀX`, one for the update).
+struct RowMajor {
+    data: Vec<f64>,
+    k: usize,
+    w: Vec<f64>,
+}
+
+impl RowMajor {
+    fn from(x: MatRef<'_, f64>) -> RowMajor {
+        let k = x.ncols();
+        let data = (0..x.nrows()).flat_map(|i| (0..k).map(move |j| x[(i, j)])).collect();
+        RowMajor { data, k, w: vec![0.0; k] }
+    }
+
+    fn write_to(&self, mut x: MatMut<'_, f64>) {
+        for i in 0..x.nrows() {
+            for j in 0..self.k {
+                x[(i, j)] = self.data[i * self.k + j];
+            }
+        }
+    }
+
+    /// Rows `s…` ← `(I − τ v vᵀ)` rows `s…`, with `v = (1, essentials)`.
+    fn reflect(&mut self, s: usize, essentials: &[f64], tau: f64) {
+        if tau == 0.0 || essentials.is_empty() {
+            return;
+        }
+        let k = self.k;
+        let x = &mut self.data[s * k..(s + 1 + essentials.len()) * k];
+        let (head, tail) = x.split_at_mut(k);
+        self.w.copy_from_slice(head);
+        for (row, &v) in tail.chunks_exact(k).zip(essentials) {
+            for (w, x) in self.w.iter_mut().zip(row) {
+                *w += v * x;
+            }
+        }
+        for w in &mut self.w {
+            *w *= tau;
+        }
+        for (x, w) in head.iter_mut().zip(&self.w) {
+            *x -= w;
+        }
+        for (row, &v) in tail.chunks_exact_mut(k).zip(essentials) {
+            for (x, w) in row.iter_mut().zip(&self.w) {
+                *x -= v * w;
             }
         }
     }
@@ -192,7 +235,8 @@ fn to_band(mut a: MatMut<'_, f64>, b: usize, mut rhs: MatMut<'_, f64>, par: Par)
         let m = n - k0 - b;
         let r = b.min(m);
         // The panel, factored contiguously and written back (R in the band, V below).
-        let mut p: Vec<f64> = (0..b).flat_map(|j| (0..m).map(move |i| (i, j))).map(|(i, j)| a[(k0 + b + i, k0 + j)]).collect();
+        let mut p: Vec<f64> =
+            (0..b).flat_map(|j| (0..m).map(move |i| (i, j))).map(|(i, j)| a[(k0 + b + i, k0 + j)]).collect();
         let taus = panel_qr(&mut p, m, b);
         for j in 0..b {
             for i in 0..m {
@@ -300,8 +344,9 @@ fn chase(bd: &mut [f64], n: usize, b: usize, store: &mut Mat<f64>, mut rhs: MatM
     let mut v = vec![0.0; b];
     let mut prev = vec![0.0; b];
     let mut w = vec![0.0; b];
-    let c = rhs.ncols();
+    let mut rows = RowMajor::from(rhs.as_ref());
     for j in 0..n.saturating_sub(2) {
+        let sweep = store.col_as_slice_mut(n - 1 - j);
         let mut prev_tau = 0.0;
         let (mut ps, mut pl) = (0, 0);
         for (seg, &(s, len)) in segments(j, n, b).iter().enumerate() {
@@ -317,10 +362,9 @@ fn chase(bd: &mut [f64], n: usize, b: usize, store: &mut Mat<f64>, mut rhs: MatM
             v[0] = 1.0;
             v[1..len].copy_from_slice(&x[1..len]);
             x[1..].iter_mut().for_each(|e| *e = 0.0);
-            store[(j, s)] = tau;
-            for i in 1..len {
-                store[(j, s + i)] = v[i];
-            }
+            let slot = s - j - 1;
+            sweep[slot] = tau;
+            sweep[slot + 1..slot + len].copy_from_slice(&v[1..len]);
             if tau != 0.0 && len > 1 {
                 if seg > 0 {
                     // The rest of the filled block from the left.
@@ -330,20 +374,29 @@ fn chase(bd: &mut [f64], n: usize, b: usize, store: &mut Mat<f64>, mut rhs: MatM
                     }
                 }
                 two_sided(bd, ld, s, len, &v[..len], tau, &mut w);
-                for k in 0..c {
-                    reflect_column(&v[..len], tau, rhs.rb_mut(), k, s);
-                }
+                rows.reflect(s, &v[1..len], tau);
             }
             prev[..len].copy_from_slice(&v[..len]);
             prev_tau = if len > 1 { tau } else { 0.0 };
             (ps, pl) = (s, len);
         }
     }
+    rows.write_to(rhs.rb_mut());
 }
 
 /// `B ← B (I − τ v vᵀ)` for the block rows `r0..r0+rl`, columns `c0..c0+cl` of the band.
 #[allow(clippy::too_many_arguments)]
-fn right_apply(bd: &mut [f64], ld: usize, r0: usize, rl: usize, c0: usize, cl: usize, v: &[f64], tau: f64, u: &mut [f64]) {
+fn right_apply(
+    bd: &mut [f64],
+    ld: usize,
+    r0: usize,
+    rl: usize,
+    c0: usize,
+    cl: usize,
+    v: &[f64],
+    tau: f64,
+    u: &mut [f64],
+) {
     if tau == 0.0 {
         return;
     }

@@ -167,7 +167,7 @@ pub struct ProjectionInfo {
     pub end: usize,
     /// Components `E`.
     pub components: usize,
-    /// Subspace iteration's worst residual `‖Cu − θu‖ / θ_max` over the kept pairs
+    /// Block Krylov's worst residual `‖Cu − θu‖ / θ_max` over the kept pairs
     /// (absent for the dense decomposition).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub residual: Option<f64>,

@@ -72,12 +72,12 @@ pub struct Pca {
     all_vectors: Vec<f64>,
     /// Warnings (rank below E, non-unique subspace).
     pub warnings: Vec<String>,
-    /// Per kept pair, `‖Cu − θu‖ / θ_max` when the pairs came from subspace iteration
+    /// Per kept pair, `‖Cu − θu‖ / θ_max` when the pairs came from block Krylov
     /// (empty for the dense decomposition, exact to rounding).
     pub residuals: Vec<f64>,
     /// `tr C` (the total variance), whichever path ran.
     pub trace: f64,
-    /// Subspace iterations run (0 for the dense decomposition).
+    /// Block products run (0 for the dense decomposition).
     pub iterations: usize,
 }
 
@@ -171,9 +171,9 @@ impl Pca {
         })
     }
 
-    /// The top `e` components by subspace iteration on the tiled Gram (no dense
+    /// The top `e` components by block Krylov on the tiled Gram (no dense
     /// `D × D`); `eigenvalues` then holds only those `e`. Pairs whose residual stays
-    /// above `tol` after `max_iter` iterations are reported in `warnings`.
+    /// above `tol` after `max_iter` block products are reported in `warnings`.
     pub fn fit_top(stats: &crate::stats::GramStats, e: usize, tol: f64, seed: u64, threads: usize) -> Result<Pca> {
         let dim = stats.dim();
         let top = crate::subspace::top_eigen(stats, e, tol, 500, seed, threads)?;
@@ -190,7 +190,7 @@ impl Pca {
         let worst = top.residuals.iter().copied().fold(0.0, f64::max);
         if worst > tol {
             warnings.push(format!(
-                "subspace iteration stopped after {} iterations with a residual of {worst:.2e} (tolerance {tol:.0e})",
+                "block Krylov stopped after {} block products with a residual of {worst:.2e} (tolerance {tol:.0e})",
                 top.iterations
             ));
         }

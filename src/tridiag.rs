@@ -36,7 +36,8 @@ pub struct Tridiagonal {
 
 /// Bytes the tridiagonal path allocates beyond the statistics for `D`, `c`.
 pub fn bytes_for(dim: usize, c: usize) -> u64 {
-    8 * (dim * dim + 4 * dim * c.max(1) + 41 * dim * c) as u64 + work_bytes(dim, default_band(dim))
+    // The 41 weight sets of a validation grid are laid out twice while `Q` applies.
+    8 * (dim * dim + 4 * dim * c.max(1) + 2 * 41 * dim * c) as u64 + work_bytes(dim, default_band(dim))
 }
 
 impl Tridiagonal {

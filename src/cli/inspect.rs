@@ -118,7 +118,7 @@ pub fn run(a: Args) -> Result<()> {
     for (i, info) in h.projections.iter().enumerate() {
         if let Some(r) = info.residual {
             s += &format!(
-                "pca {i}: {} components by subspace iteration, worst residual ‖Cu − θu‖/θ_max = {r:.2e}\n",
+                "pca {i}: {} components by block Krylov on the tiled Gram, worst residual ‖Cu − θu‖/θ_max = {r:.2e}\n",
                 info.components
             );
         }

@@ -33,7 +33,7 @@ pub(crate) fn direct_ridge(
     match (path, spec.lambda()?) {
         (SolvePath::Cholesky, LambdaChoice::Fixed(lambda)) => {
             let work = if solve_in_place(spec, stats) {
-                say("solve: factoring in place on the statistics (a copy of the Gram would not fit)");
+                say("solve: factoring in place on the statistics (they are on disk, or a copy of the Gram would not fit)");
                 std::mem::replace(&mut stats.gram, crate::stats::TriGram::zeros(0))
             } else {
                 stats.gram.clone()
@@ -112,7 +112,7 @@ pub(crate) fn solve_state(
             if !pca.residuals.is_empty() {
                 let worst = pca.residuals.iter().copied().fold(0.0, f64::max);
                 say(&format!(
-                    "pca: top {} pairs by subspace iteration ({} iterations), worst residual {worst:.2e}",
+                    "pca: top {} pairs by block Krylov ({} block products), worst residual {worst:.2e}",
                     pca.e_eff, pca.iterations
                 ));
             }

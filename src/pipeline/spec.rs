@@ -83,12 +83,13 @@ pub struct PcaSpec {
     /// (default: `components` or `variance` for every stage).
     #[serde(default)]
     pub per_stage: Vec<usize>,
-    /// How the components are found: `"auto"` (default: the dense decomposition, or
-    /// subspace iteration on the tiled Gram when `components ≤ D/4` and the dense
-    /// matrices would not fit in memory), `"dense"` or `"subspace"`.
+    /// How the components are found: `"auto"` (default: block Krylov on the tiled Gram
+    /// when `components ≤ D/8`, or `≤ D/4` when the dense matrices would not fit in
+    /// memory; the dense decomposition otherwise), `"dense"` or `"subspace"` (block
+    /// Krylov on the tiled Gram, the name kept from its first method).
     #[serde(default)]
     pub method: PcaMethod,
-    /// Subspace iteration's residual tolerance `‖Cu − θu‖ / θ_max` (default 1e-6).
+    /// Block Krylov's residual tolerance `‖Cu − θu‖ / θ_max` (default 1e-6).
     #[serde(default)]
     pub tolerance: Option<f64>,
 }
@@ -97,12 +98,12 @@ pub struct PcaSpec {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PcaMethod {
-    /// Dense, or subspace iteration when `E ≤ D/4` and dense does not fit.
+    /// Block Krylov up to `E = D/8` (or `D/4` when dense does not fit), else dense.
     #[default]
     Auto,
     /// The dense eigendecomposition.
     Dense,
-    /// Block subspace iteration on the tiled Gram.
+    /// Block Krylov on the tiled Gram.
     Subspace,
 }
 

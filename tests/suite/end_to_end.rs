@@ -10,6 +10,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::Float64Type;
 use arrow_array::{ArrayRef, Float64Array, StringArray};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use sketchfit::model::Model;
 
 fn train(pipeline: &str, model: &std::path::Path, extra: &[&str]) -> String {
     let mut args = vec!["train", pipeline, "-o", model.to_str().unwrap(), "--quiet"];
@@ -315,5 +316,45 @@ fn the_readme_pipeline_reference_is_a_valid_pipeline_with_every_stage_kind() {
         spec.stages.iter().map(|s| serde_json::to_value(s).unwrap()["kind"].as_str().unwrap().to_string()).collect();
     for k in sketchfit::sketch::KINDS {
         assert!(kinds.iter().any(|x| x == k), "the README does not document stage kind {k}");
+    }
+}
+
+#[test]
+fn few_components_go_to_block_krylov_whose_model_equals_the_dense_pca() {
+    // D = 1024 with E = 64 (D/16): `auto` takes block Krylov on the tiled Gram. With a
+    // tight tolerance its model equals the dense decomposition's, in one pass and in
+    // two (a PCA per stage), and its residual is stored and shown.
+    let dir = TempDir::new("krylov");
+    for passes in [1, 2] {
+        let pca = if passes == 1 { "components = 64" } else { "per_stage = [64, 48]" };
+        let p = dir.path(&format!("p{passes}.toml"));
+        std::fs::write(
+            &p,
+            format!(
+                "passes = {passes}\n[data]\ntrain = [\"{}\"]\nfeatures = [\"px*\"]\nlabel = \"label\"\n\
+                 [[stages]]\nkind = \"tensor_sketch\"\ndegree = 2\ndim = 1024\nnormalize = \"l2\"\n\
+                 [[stages]]\nkind = \"rff\"\ndim = 768\n\
+                 [pca]\n{pca}\ntolerance = 1e-10\n[ridge]\nlambda = 0.01\n",
+                repo("data/digits_train.parquet")
+            ),
+        )
+        .unwrap();
+        let p = p.to_string_lossy().into_owned();
+        let krylov = dir.path(&format!("k{passes}.sfm"));
+        let dense = dir.path(&format!("d{passes}.sfm"));
+        let out = sketchfit(&["train", &p, "-o", krylov.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        assert!(stderr(&out).contains("by block Krylov"), "{}", stderr(&out));
+        let out = sketchfit(&["train", &p, "-o", dense.to_str().unwrap(), "--set", "pca.method=\"dense\""]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        assert!(!stderr(&out).contains("block Krylov"), "{}", stderr(&out));
+        let (k, d) = (Model::load(&krylov).unwrap(), Model::load(&dense).unwrap());
+        assert!(k.header.projections.iter().all(|i| i.residual.is_some_and(|r| r <= 1e-10)));
+        assert!(d.header.projections.iter().all(|i| i.residual.is_none()));
+        // The weights on the sketch's features depend on the subspace, not its basis.
+        let diff = rel(&k.weights, &d.weights);
+        assert!(diff < 1e-6, "{passes} pass(es): weights differ by {diff}");
+        let shown = stdout(&sketchfit(&["inspect", krylov.to_str().unwrap()]));
+        assert!(shown.contains("components by block Krylov"), "{shown}");
     }
 }
