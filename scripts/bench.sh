@@ -10,14 +10,16 @@
 #            total shape on all cores (examples/gemm_ref)
 #   large    the same pass on a 1M-row file (about 3 GB), for the flat-memory check
 #   solve    statistics at D = 2048 … 16384 from the 60k file (accumulate), then every
-#            solve path on them: cholesky (fixed λ), tridiagonal (GCV), eigen (dense, up
-#            to DENSE_MAX_D = 8192), and top-D/16 PCA by subspace iteration (up to
-#            SUBSPACE_MAX_D = 8192) vs dense
+#            solve path on them: cholesky (fixed λ), tridiagonal (GCV, and λ by a 10,000-row
+#            validation file), eigen (dense, up to DENSE_MAX_D = 8192), and top-D/16 PCA
+#            by block Krylov (up to KRYLOV_MAX_D = 16384) vs dense
+#   huge     train at D = 65,536 (tensor sketch, f32 Gram, fixed λ) on the 60k file:
+#            the 16 GiB triangle, checkpointed and factored in place (about an hour)
 #
 # DIMS, SOLVE_DIMS and ROWS_LARGE change the sizes. Data goes to bench-data/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-sections=${SECTIONS:-"hot pass large solve"}
+sections=${SECTIONS:-"hot pass large solve"}  # "huge" runs only when named
 dims=${DIMS:-"2048 4096 8192"}
 solve_dims=${SOLVE_DIMS:-"2048 4096 8192 16384"}
 large=${ROWS_LARGE:-1000000}
@@ -61,6 +63,9 @@ fi
 if has pass || has solve; then
   [ -f bench-data/rows-60000.parquet ] || $gen 60000 bench-data/rows-60000.parquet 7500
 fi
+if has solve; then
+  [ -f bench-data/val-10000.parquet ] || $gen 10000 bench-data/val-10000.parquet 5000
+fi
 
 if has pass; then
   for d in $dims; do
@@ -103,8 +108,12 @@ if has solve; then
     e=$((d / 16))
     solve "cholesky, fixed λ"
     solve "tridiagonal, GCV" --set 'ridge.lambda="gcv"'
-    if [ "$d" -le "${SUBSPACE_MAX_D:-8192}" ]; then
-      solve "top-$e PCA by subspace iteration, GCV" --set 'ridge.lambda="gcv"' --set pca.components=$e \
+    sed 's/^train = \(.*\)/train = \1\nvalidation = ["val-10000.parquet"]/' "bench-data/solve-$d.toml" \
+      > "bench-data/val-$d.toml"
+    timed "tridiagonal, λ by validation + refit" $bin solve "bench-data/val-$d.toml" "$stats" \
+      -o "bench-data/val-$d.sfm" --set 'ridge.lambda="gcv"'
+    if [ "$d" -le "${KRYLOV_MAX_D:-16384}" ]; then
+      solve "top-$e PCA by block Krylov, GCV" --set 'ridge.lambda="gcv"' --set pca.components=$e \
         --set 'pca.method="subspace"'
     fi
     if [ "$d" -le "${DENSE_MAX_D:-8192}" ]; then
@@ -112,4 +121,13 @@ if has solve; then
       solve "top-$e PCA, dense" --set 'ridge.lambda="gcv"' --set pca.components=$e --set 'pca.method="dense"'
     fi
   done
+fi
+
+if has huge; then
+  [ -f bench-data/rows-60000.parquet ] || $gen 60000 bench-data/rows-60000.parquet 7500
+  echo
+  echo "## train at D = 65,536, f32 Gram, fixed λ (statistics 16 GiB, factored in place)"
+  pipeline huge.toml rows-60000.parquet 65536 0.01
+  /usr/bin/time -f "train: wall %e s, user %U s, peak RSS %M KiB" \
+    $bin train bench-data/huge.toml -o bench-data/huge.sfm --set 'run.gram="f32"' 2>&1 | tail -n 12
 fi
