@@ -334,7 +334,15 @@ impl RotatedProblem {
         let mut shared = Vec::new();
         let mut per_output = Vec::new();
         for &lam in &grid {
-            let dfl = 1.0 + self.sigma.iter().map(|&s| if s + lam > 0.0 { s / (s + lam) } else { 0.0 }).sum::<f64>();
+            // Eigenvalues at or below the rank threshold are zero in the RSS above, so in
+            // tr H too: left in, their rounding noise moved df at the grid's smallest λ.
+            let dfl = 1.0
+                + self
+                    .sigma
+                    .iter()
+                    .zip(&keep)
+                    .map(|(&s, &kept)| if kept && s + lam > 0.0 { s / (s + lam) } else { 0.0 })
+                    .sum::<f64>();
             let r: Vec<f64> = (0..c)
                 .map(|k| {
                     lsq[k]

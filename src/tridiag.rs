@@ -302,28 +302,43 @@ mod against_dense {
     #[test]
     fn gcv_curve_and_weights_equal_the_dense_eigen_path() {
         let (dim, c) = (300, 4);
-        let st = stats(700, dim, c, 8);
+        // Full rank, and fewer rows than features (rank 119: most reflectors vanish).
+        for rows in [700, 120] {
+            let st = stats(rows, dim, c, 8);
+            check_against_dense(&st, c);
+        }
+    }
+
+    fn check_against_dense(st: &GramStats, c: usize) {
+        let dim = st.dim();
         let cl = st.centered();
         let pca = Pca::fit(&cl, Components::All).unwrap();
         let dense = RotatedProblem::new(&pca, &cl, true, false).unwrap();
         // Bands: several stage-one panels, the default, and none (stage two alone).
         for band in [7, 32, dim] {
-            let form = Tridiagonal::with_band(&st, 2, band).unwrap();
+            let form = Tridiagonal::with_band(st, 2, band).unwrap();
             assert!(rel(&form.sigma, &pca.eigenvalues) < 1e-10);
             let fast = form.problem(pca.tau);
             let (a, b) = (fast.gcv(cl.n, &cl.cyy), dense.gcv(cl.n, &cl.cyy));
             assert!(rel(&a.grid, &b.grid) < 1e-12);
             assert!(rel(&a.df, &b.df) < 1e-10);
-            assert!(rel(&a.shared, &b.shared) < 1e-8, "GCV curves differ by {}", rel(&a.shared, &b.shared));
+            // Where df comes within one of n (rows ≈ rank, λ → 0) GCV is 0/0 and its
+            // digits are rounding; elsewhere the curves agree.
+            let n = cl.n as f64;
+            let sound: Vec<usize> = (0..a.df.len()).filter(|&i| b.df[i] < n - 1.0).collect();
+            let pick = |v: &[f64]| sound.iter().map(|&i| v[i]).collect::<Vec<f64>>();
+            let (ca, cb) = (pick(&a.shared), pick(&b.shared));
+            assert!(sound.len() >= 20 && rel(&ca, &cb) < 1e-8, "GCV curves differ by {}", rel(&ca, &cb));
             assert_eq!(a.chosen_shared, b.chosen_shared);
             assert_eq!(a.chosen_per_output, b.chosen_per_output);
             // Per-output λ, and the whole grid at once (the validation path).
-            let lambdas = [b.grid[10], b.grid[20], b.grid[25], b.grid[30]];
+            let lo = sound[0].max(10);
+            let lambdas = [b.grid[lo], b.grid[lo.max(20)], b.grid[25], b.grid[30]];
             let (want, _) = dense.fold(&dense.coefficients(&lambdas), &cl);
             let got = form.weights(&lambdas);
             assert!(rel(&got, &want) < 1e-8, "weights differ by {}", rel(&got, &want));
             let sets: Vec<Vec<f64>> = b.grid.iter().map(|&l| vec![l; c]).collect();
-            for (set, w) in sets.iter().zip(form.weights_many(&sets)).skip(8) {
+            for (set, w) in sets.iter().zip(form.weights_many(&sets)).skip(sound[0].max(8)) {
                 let (want, _) = dense.fold(&dense.coefficients(set), &cl);
                 assert!(rel(&w, &want) < 1e-7, "λ = {}: {}", set[0], rel(&w, &want));
             }
