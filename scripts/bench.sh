@@ -110,7 +110,7 @@ if has solve; then
     solve "tridiagonal, GCV" --set 'ridge.lambda="gcv"'
     sed 's/^train = \(.*\)/train = \1\nvalidation = ["val-10000.parquet"]/' "bench-data/solve-$d.toml" \
       > "bench-data/val-$d.toml"
-    timed "tridiagonal, λ by validation + refit" $bin solve "bench-data/val-$d.toml" "$stats" \
+    timed "tridiagonal, λ by validation and refit" $bin solve "bench-data/val-$d.toml" "$stats" \
       -o "bench-data/val-$d.sfm" --set 'ridge.lambda="gcv"'
     if [ "$d" -le "${KRYLOV_MAX_D:-16384}" ]; then
       solve "top-$e PCA by block Krylov, GCV" --set 'ridge.lambda="gcv"' --set pca.components=$e \

@@ -74,9 +74,11 @@ pub(crate) fn fit_pca(
         // Measured here (60k rows, D = 4096, one run): block Krylov takes 2.1 s for
         // E = D/16 and 4.7 s for E = D/8 where the dense decomposition takes 5.7 s; its
         // basis grows to about 3E, so near E = D/4 it costs more than dense. `auto` takes
-        // it up to D/8, and up to D/4 where the dense matrices would not fit.
+        // it up to D/8 from D = 2048 (below, dense takes under a second and is exact to
+        // rounding, where Krylov answers to `pca.tolerance`), and up to D/4 where the
+        // dense matrices would not fit.
         (PcaMethod::Auto, Components::Fixed(e))
-            if e.saturating_mul(8) <= dim
+            if (dim >= 2048 && e.saturating_mul(8) <= dim)
                 || (e.saturating_mul(4) <= dim
                     && memory_limit(spec).is_some_and(|l| solve_bytes(SolvePath::Eigen, dim, 0) > l)) =>
         {

@@ -84,7 +84,7 @@ pub struct PcaSpec {
     #[serde(default)]
     pub per_stage: Vec<usize>,
     /// How the components are found: `"auto"` (default: block Krylov on the tiled Gram
-    /// when `components ≤ D/8`, or `≤ D/4` when the dense matrices would not fit in
+    /// when `components ≤ D/8` and `D ≥ 2048`, or `≤ D/4` when the dense matrices would not fit in
     /// memory; the dense decomposition otherwise), `"dense"` or `"subspace"` (block
     /// Krylov on the tiled Gram, the name kept from its first method).
     #[serde(default)]
@@ -98,7 +98,8 @@ pub struct PcaSpec {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PcaMethod {
-    /// Block Krylov up to `E = D/8` (or `D/4` when dense does not fit), else dense.
+    /// Block Krylov up to `E = D/8` from `D = 2048` (or `D/4` when dense does not fit),
+    /// else dense.
     #[default]
     Auto,
     /// The dense eigendecomposition.

@@ -321,8 +321,8 @@ fn the_readme_pipeline_reference_is_a_valid_pipeline_with_every_stage_kind() {
 
 #[test]
 fn few_components_go_to_block_krylov_whose_model_equals_the_dense_pca() {
-    // D = 1024 with E = 64 (D/16): `auto` takes block Krylov on the tiled Gram. With a
-    // tight tolerance its model equals the dense decomposition's, in one pass and in
+    // D = 2048 per stage with E ≤ D/32: `auto` takes block Krylov on the tiled Gram. With
+    // a tight tolerance its model equals the dense decomposition's, in one pass and in
     // two (a PCA per stage), and its residual is stored and shown.
     let dir = TempDir::new("krylov");
     for passes in [1, 2] {
@@ -332,8 +332,8 @@ fn few_components_go_to_block_krylov_whose_model_equals_the_dense_pca() {
             &p,
             format!(
                 "passes = {passes}\n[data]\ntrain = [\"{}\"]\nfeatures = [\"px*\"]\nlabel = \"label\"\n\
-                 [[stages]]\nkind = \"tensor_sketch\"\ndegree = 2\ndim = 1024\nnormalize = \"l2\"\n\
-                 [[stages]]\nkind = \"rff\"\ndim = 768\n\
+                 [[stages]]\nkind = \"tensor_sketch\"\ndegree = 2\ndim = 2048\nnormalize = \"l2\"\n\
+                 [[stages]]\nkind = \"rff\"\ndim = 2048\n\
                  [pca]\n{pca}\ntolerance = 1e-10\n[ridge]\nlambda = 0.01\n",
                 repo("data/digits_train.parquet")
             ),
