@@ -167,6 +167,11 @@ impl AtomicFile {
         Ok(AtomicFile { tmp, target: target.to_path_buf(), file: Some(file) })
     }
 
+    /// The temporary file's path (to read what was written back before `commit`).
+    pub fn tmp_path(&self) -> &Path {
+        &self.tmp
+    }
+
     /// The open temporary file.
     #[allow(clippy::expect_used)] // Invariant: the handle is only taken by `take_file`/`commit`, which callers use last.
     pub fn file(&mut self) -> &mut File {

@@ -103,24 +103,197 @@ impl Array {
     }
 }
 
-/// FNV-1a 64 over byte slices, hex.
-pub fn checksum<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> String {
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
-    for p in parts {
-        for &b in p {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x100_0000_01b3);
+/// FNV-1a 64, fed piece by piece.
+struct Fnv(u64);
+
+impl Fnv {
+    fn new() -> Fnv {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+
+    fn update(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 ^= u64::from(b);
+            self.0 = self.0.wrapping_mul(0x100_0000_01b3);
         }
     }
-    format!("{h:016x}")
+
+    fn hex(&self) -> String {
+        format!("{:016x}", self.0)
+    }
+}
+
+/// FNV-1a 64 over byte slices, hex.
+pub fn checksum<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> String {
+    let mut h = Fnv::new();
+    for p in parts {
+        h.update(p);
+    }
+    h.hex()
+}
+
+/// The header as the checksum sees it: serialised with its checksum field empty.
+fn bare_json<H: Header>(header: &H) -> Result<String> {
+    let mut bare = header.clone();
+    bare.checksum_mut().clear();
+    serde_json::to_string(&bare).map_err(|e| Error::Internal(format!("{} header: {e}", H::WHAT)))
 }
 
 fn seal<'a, H: Header>(header: &H, arrays: impl IntoIterator<Item = &'a [u8]>) -> Result<String> {
-    let mut bare = header.clone();
-    bare.checksum_mut().clear();
-    let json = serde_json::to_string(&bare).map_err(|e| Error::Internal(format!("{} header: {e}", H::WHAT)))?;
+    let json = bare_json(header)?;
     let arrays: Vec<&[u8]> = arrays.into_iter().collect();
     Ok(checksum(std::iter::once(json.as_bytes()).chain(arrays)))
+}
+
+/// An f64 array written straight from memory by [`write_f64`].
+#[derive(Debug)]
+pub struct F64Array<'a> {
+    /// Name (arrays are stored and checksummed in name order).
+    pub name: String,
+    /// Shape.
+    pub shape: Vec<usize>,
+    /// The values.
+    pub data: &'a [f64],
+}
+
+/// Values converted to little-endian bytes a block at a time: a 16 GiB Gram never has a
+/// byte copy of its own.
+fn le_blocks(data: &[f64], mut f: impl FnMut(&[u8]) -> std::io::Result<()>) -> std::io::Result<()> {
+    let mut buf = Vec::with_capacity(8 * 8192);
+    for block in data.chunks(8192) {
+        buf.clear();
+        buf.extend(block.iter().flat_map(|x| x.to_le_bytes()));
+        f(&buf)?;
+    }
+    Ok(())
+}
+
+/// Writes a container of f64 arrays to `target` without building it in memory (the
+/// statistics at D = 65,536 are 16 GiB; [`encode`] would hold them three times): the
+/// checksum is taken over the arrays where they lie, the safetensors header written,
+/// the arrays streamed after it, and the file read back and verified — again a block at
+/// a time — before it is renamed into place.
+pub fn write_f64<H: Header>(target: &std::path::Path, header: &H, mut arrays: Vec<F64Array<'_>>) -> Result<()> {
+    use std::io::Write;
+    arrays.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut header = header.clone();
+    let mut h = Fnv::new();
+    h.update(bare_json(&header)?.as_bytes());
+    for a in &arrays {
+        let _ = le_blocks(a.data, |b| {
+            h.update(b);
+            Ok(())
+        });
+    }
+    *header.checksum_mut() = h.hex();
+    let json = serde_json::to_string(&header).map_err(|e| Error::Internal(format!("{} header: {e}", H::WHAT)))?;
+    let mut meta = serde_json::Map::new();
+    meta.insert("__metadata__".into(), serde_json::json!({ KEY: json }));
+    let mut offset = 0usize;
+    for a in &arrays {
+        let end = offset + 8 * a.data.len();
+        meta.insert(
+            a.name.clone(),
+            serde_json::json!({ "dtype": "F64", "shape": a.shape, "data_offsets": [offset, end] }),
+        );
+        offset = end;
+    }
+    let mut head = serde_json::to_vec(&meta).map_err(|e| Error::Internal(format!("{} file: {e}", H::WHAT)))?;
+    head.resize(head.len().next_multiple_of(8), b' ');
+    let mut out = crate::atomic::AtomicFile::create(target)?;
+    let tmp = out.tmp_path().to_path_buf();
+    {
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, out.file());
+        let io = |e| Error::io(&tmp, e);
+        w.write_all(&(head.len() as u64).to_le_bytes()).map_err(io)?;
+        w.write_all(&head).map_err(io)?;
+        for a in &arrays {
+            le_blocks(a.data, |b| w.write_all(b)).map_err(io)?;
+        }
+        w.flush().map_err(io)?;
+    }
+    verify_file::<H>(&tmp)
+        .map_err(|e| Error::Internal(format!("the {} file just written does not read back: {e}", H::WHAT)))?;
+    out.commit()
+}
+
+/// Verifies a container on disk a block at a time (format, version, checksum), without
+/// holding it in memory.
+pub fn verify_file<H: Header>(path: &std::path::Path) -> std::result::Result<H, ContainerError> {
+    use std::io::{Read, Seek, SeekFrom};
+    let bad = |e: std::io::Error| ContainerError::NotSafetensors(e.to_string());
+    let mut f = std::fs::File::open(path).map_err(bad)?;
+    let mut n = [0u8; 8];
+    f.read_exact(&mut n).map_err(bad)?;
+    let n = u64::from_le_bytes(n);
+    if n > 100 << 20 {
+        return Err(ContainerError::NotSafetensors("header too large".into()));
+    }
+    let mut head = vec![0u8; n as usize];
+    f.read_exact(&mut head).map_err(bad)?;
+    let meta: serde_json::Value =
+        serde_json::from_slice(&head).map_err(|e| ContainerError::NotSafetensors(e.to_string()))?;
+    let json = meta
+        .get("__metadata__")
+        .and_then(|m| m.get(KEY))
+        .and_then(|v| v.as_str())
+        .ok_or(ContainerError::Foreign(H::WHAT))?;
+    let mut header = check_header::<H>(json)?;
+    let mut ranges: Vec<(String, u64, u64)> = Vec::new();
+    for (name, info) in meta.as_object().into_iter().flatten().filter(|(k, _)| *k != "__metadata__") {
+        let off = info.get("data_offsets").and_then(|o| o.as_array());
+        let at = |i: usize| off.and_then(|o| o.get(i)).and_then(|v| v.as_u64());
+        match (at(0), at(1)) {
+            (Some(a), Some(b)) if a <= b => ranges.push((name.clone(), a, b)),
+            _ => return Err(ContainerError::NotSafetensors(format!("array '{name}' has no valid offsets"))),
+        }
+    }
+    ranges.sort();
+    let mut h = Fnv::new();
+    let bare = bare_json(&header).map_err(|e| ContainerError::Inconsistent(e.to_string()))?;
+    h.update(bare.as_bytes());
+    let mut buf = vec![0u8; 1 << 20];
+    for (_, a, b) in &ranges {
+        f.seek(SeekFrom::Start(8 + n + a)).map_err(bad)?;
+        let mut left = b - a;
+        while left > 0 {
+            let take = left.min(buf.len() as u64) as usize;
+            f.read_exact(&mut buf[..take]).map_err(bad)?;
+            h.update(&buf[..take]);
+            left -= take as u64;
+        }
+    }
+    if header.version() < H::SEALED_FROM || *header.checksum_mut() != h.hex() {
+        return Err(ContainerError::Checksum(H::WHAT));
+    }
+    Ok(header)
+}
+
+/// Parses a header and checks its format name and version.
+fn check_header<H: Header>(json: &str) -> std::result::Result<H, ContainerError> {
+    // The format name is checked before the whole header, so a file of another kind is
+    // named as such rather than as a header that does not parse.
+    let format = serde_json::from_str::<serde_json::Value>(json)
+        .ok()
+        .and_then(|v| v.get("format").and_then(|f| f.as_str()).map(str::to_string));
+    if format.as_deref().is_some_and(|f| f != H::FORMAT) {
+        return Err(ContainerError::Foreign(H::WHAT));
+    }
+    let header: H =
+        serde_json::from_str(json).map_err(|e| ContainerError::BadHeader { what: H::WHAT, message: e.to_string() })?;
+    if header.format() != H::FORMAT {
+        return Err(ContainerError::Foreign(H::WHAT));
+    }
+    if !(H::OLDEST..=H::VERSION).contains(&header.version()) {
+        return Err(ContainerError::Version {
+            what: H::WHAT,
+            version: header.version(),
+            oldest: H::OLDEST,
+            newest: H::VERSION,
+            hint: H::HINT,
+        });
+    }
+    Ok(header)
 }
 
 /// The bytes of a container holding `header` (its version and checksum set here) and
@@ -159,28 +332,7 @@ impl<H> std::fmt::Debug for Decoded<'_, H> {
 pub fn decode<H: Header>(bytes: &[u8]) -> std::result::Result<Decoded<'_, H>, ContainerError> {
     let (_, meta) = SafeTensors::read_metadata(bytes).map_err(|e| ContainerError::NotSafetensors(e.to_string()))?;
     let json = meta.metadata().as_ref().and_then(|m| m.get(KEY)).ok_or(ContainerError::Foreign(H::WHAT))?;
-    // The format name is checked before the whole header, so a file of another kind is
-    // named as such rather than as a header that does not parse.
-    let format = serde_json::from_str::<serde_json::Value>(json)
-        .ok()
-        .and_then(|v| v.get("format").and_then(|f| f.as_str()).map(str::to_string));
-    if format.as_deref().is_some_and(|f| f != H::FORMAT) {
-        return Err(ContainerError::Foreign(H::WHAT));
-    }
-    let mut header: H =
-        serde_json::from_str(json).map_err(|e| ContainerError::BadHeader { what: H::WHAT, message: e.to_string() })?;
-    if header.format() != H::FORMAT {
-        return Err(ContainerError::Foreign(H::WHAT));
-    }
-    if !(H::OLDEST..=H::VERSION).contains(&header.version()) {
-        return Err(ContainerError::Version {
-            what: H::WHAT,
-            version: header.version(),
-            oldest: H::OLDEST,
-            newest: H::VERSION,
-            hint: H::HINT,
-        });
-    }
+    let mut header = check_header::<H>(json)?;
     let tensors = SafeTensors::deserialize(bytes).map_err(|e| ContainerError::NotSafetensors(e.to_string()))?;
     let mut names: Vec<&str> = tensors.names();
     names.sort_unstable();
@@ -257,6 +409,42 @@ mod tests {
     fn toy() -> Vec<u8> {
         let h = Toy { format: "toy-format".into(), version: 2, checksum: String::new(), note: "abc".into() };
         encode(&h, vec![Array::f64("b", vec![2], &[1.5, -2.0]), Array::f64("a", vec![1], &[3.0])]).unwrap()
+    }
+
+    #[test]
+    fn a_streamed_file_reads_as_the_built_one_and_its_read_back_refuses_any_changed_byte() {
+        let dir = std::env::temp_dir().join(format!("sketchfit-stream-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("toy.bin");
+        // More than one conversion block, so block edges are crossed.
+        let big: Vec<f64> = (0..20_000).map(|i| (i as f64).sin() * 1e3).collect();
+        let h = Toy { format: "toy-format".into(), version: 2, checksum: String::new(), note: "abc".into() };
+        let arrays = vec![
+            F64Array { name: "b".into(), shape: vec![2], data: &[1.5, -2.0] },
+            F64Array { name: "a".into(), shape: vec![100, 200], data: &big },
+        ];
+        write_f64(&path, &h, arrays).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        // The in-memory reader takes it: the same header, arrays and checksum as `encode`.
+        let d = decode::<Toy>(&bytes).unwrap();
+        assert_eq!((d.header.note.as_str(), d.f64("b", 2).unwrap()), ("abc", vec![1.5, -2.0]));
+        assert_eq!(d.f64("a", 20_000).unwrap(), big);
+        let built = decode::<Toy>(
+            &encode(&h, vec![Array::f64("b", vec![2], &[1.5, -2.0]), Array::f64("a", vec![100, 200], &big)]).unwrap(),
+        )
+        .unwrap()
+        .header
+        .checksum;
+        assert_eq!(d.header.checksum, built);
+        assert!(verify_file::<Toy>(&path).is_ok());
+        // One changed byte in the header or deep in an array: the streamed check refuses.
+        for at in [bytes.len() / 2, bytes.len() - 1, String::from_utf8_lossy(&bytes).find("abc").unwrap()] {
+            let mut changed = bytes.clone();
+            changed[at] ^= 1;
+            std::fs::write(&path, &changed).unwrap();
+            assert!(verify_file::<Toy>(&path).is_err(), "byte {at}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -526,24 +526,42 @@ struct BlockHeader {
 /// Serialises named statistics and a JSON `meta` value (read back before returning).
 pub fn stats_to_bytes(blocks: &[(&str, &GramStats)], meta: serde_json::Value) -> Result<Vec<u8>> {
     use crate::container::Array;
+    let arrays = stats_arrays(blocks).into_iter().map(|a| Array::f64(a.name, a.shape, a.data)).collect::<Vec<Array>>();
+    crate::container::encode(&stats_header(blocks, meta), arrays)
+}
+
+/// Writes a statistics file (the same container [`stats_to_bytes`] builds) straight from
+/// the statistics, a block at a time: no copy of the Gram is made, and the file is read
+/// back the same way before it is renamed into place.
+pub fn stats_to_file(path: &std::path::Path, blocks: &[(&str, &GramStats)], meta: serde_json::Value) -> Result<()> {
+    crate::container::write_f64(path, &stats_header(blocks, meta), stats_arrays(blocks))
+}
+
+fn stats_arrays<'a>(blocks: &[(&str, &'a GramStats)]) -> Vec<crate::container::F64Array<'a>> {
+    use crate::container::F64Array;
     let mut arrays = Vec::new();
     for (name, st) in blocks {
         let (dim, c) = (st.dim(), st.c);
-        arrays.push(Array::f64(format!("{name}.shift"), vec![dim], &st.shift));
-        arrays.push(Array::f64(format!("{name}.s"), vec![dim], &st.s));
-        arrays.push(Array::f64(format!("{name}.gram"), vec![st.gram.raw().len()], st.gram.raw()));
-        arrays.push(Array::f64(format!("{name}.t"), vec![dim, c], &st.t));
-        arrays.push(Array::f64(format!("{name}.u"), vec![c], &st.u));
-        arrays.push(Array::f64(format!("{name}.v"), vec![c], &st.v));
+        let array =
+            |key: &str, shape: Vec<usize>, data: &'a [f64]| F64Array { name: format!("{name}.{key}"), shape, data };
+        arrays.push(array("shift", vec![dim], &st.shift));
+        arrays.push(array("s", vec![dim], &st.s));
+        arrays.push(array("gram", vec![st.gram.raw().len()], st.gram.raw()));
+        arrays.push(array("t", vec![dim, c], &st.t));
+        arrays.push(array("u", vec![c], &st.u));
+        arrays.push(array("v", vec![c], &st.v));
     }
-    let header = StatsHeader {
+    arrays
+}
+
+fn stats_header(blocks: &[(&str, &GramStats)], meta: serde_json::Value) -> StatsHeader {
+    StatsHeader {
         format: STATS_FORMAT.into(),
         version: STATS_VERSION,
         checksum: String::new(),
         blocks: blocks.iter().map(|(n, s)| BlockHeader { name: n.to_string(), n: s.n, dim: s.dim(), c: s.c }).collect(),
         meta,
-    };
-    crate::container::encode(&header, arrays)
+    }
 }
 
 /// Parses a statistics file: the named blocks and the `meta` value. Any damage (a

@@ -4,7 +4,7 @@
 use crate::error::{Error, Result};
 use crate::pipeline::state::State;
 use crate::stats::stats_from_bytes;
-use crate::stats::{stats_to_bytes, GramStats};
+use crate::stats::{stats_to_file, GramStats};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -36,8 +36,7 @@ impl Checkpointer<'_> {
         };
         let blocks = state.blocks();
         let named: Vec<(&str, &GramStats)> = blocks.iter().map(|(n, s)| (n.as_str(), *s)).collect();
-        let bytes = stats_to_bytes(&named, serde_json::to_value(&meta).unwrap_or_default())?;
-        crate::atomic::write_bytes(self.path, &bytes)
+        stats_to_file(self.path, &named, serde_json::to_value(&meta).unwrap_or_default())
     }
 }
 

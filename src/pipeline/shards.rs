@@ -186,7 +186,7 @@ pub fn accumulate_shard(
         crate::atomic::check_output(out)?;
     }
     let part = accumulate_part(spec, prep, shard, opts, pass1, say)?;
-    crate::atomic::write_bytes(out, &part.to_bytes()?)
+    part.write(out)
 }
 
 /// A shard's statistics and manifest, as a part file holds them.
@@ -210,10 +210,20 @@ impl Statistics {
     /// The part file's bytes (read back before they are returned).
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         let blocks = self.state.blocks();
-        // A pass-two part carries only its own statistics; pass one is in the merged file.
-        let named: Vec<(&str, &GramStats)> =
-            blocks.iter().filter(|(n, _)| self.meta.pass == 1 || n == "pass2").map(|(n, s)| (n.as_str(), *s)).collect();
-        stats_to_bytes(&named, serde_json::to_value(&self.meta).unwrap_or_default())
+        stats_to_bytes(&self.part_blocks(&blocks), serde_json::to_value(&self.meta).unwrap_or_default())
+    }
+    /// Writes the part file (streamed: no copy of the statistics in memory).
+    fn write(&self, path: &Path) -> Result<()> {
+        let blocks = self.state.blocks();
+        crate::stats::stats_to_file(
+            path,
+            &self.part_blocks(&blocks),
+            serde_json::to_value(&self.meta).unwrap_or_default(),
+        )
+    }
+    /// A pass-two part carries only its own statistics; pass one is in the merged file.
+    fn part_blocks<'a>(&self, blocks: &'a [(String, &'a GramStats)]) -> Vec<(&'a str, &'a GramStats)> {
+        blocks.iter().filter(|(n, _)| self.meta.pass == 1 || n == "pass2").map(|(n, s)| (n.as_str(), *s)).collect()
     }
     /// Reads and verifies a part file.
     pub fn load(path: &Path) -> Result<Statistics> {
@@ -243,7 +253,7 @@ impl Statistics {
     }
     /// Saves the part file atomically.
     pub fn save(&self, path: &Path) -> Result<()> {
-        crate::atomic::write_bytes(path, &self.to_bytes()?)
+        self.write(path)
     }
 }
 
@@ -424,11 +434,10 @@ pub(crate) fn solve_loaded(
             let meta = PartMeta { kind: "pass1".into(), shard: 0, shards: 1, units: Vec::new(), ..first.clone() };
             let blocks = state.blocks();
             let named: Vec<(&str, &GramStats)> = blocks.iter().map(|(n, s)| (n.as_str(), *s)).collect();
-            let bytes = stats_to_bytes(&named, serde_json::to_value(&meta).unwrap_or_default())?;
             let out = out.ok_or_else(|| {
                 Error::config(&spec.source, "parts", "pass-one parts merge into a file: give an output path")
             })?;
-            crate::atomic::write_bytes(out, &bytes)?;
+            crate::stats::stats_to_file(out, &named, serde_json::to_value(&meta).unwrap_or_default())?;
             return Ok(SolveOutcome::Pass1Merged);
         }
         (2, _) => {
