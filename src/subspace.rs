@@ -1,7 +1,7 @@
 //! The top `E` eigenpairs of a centred covariance straight from the tiled Gram
 //! (math.md §13.7, PCA with `E ≪ D`): block Krylov with Rayleigh–Ritz, where each step
 //! is one symmetric tiled product `C X` over the stored lower triangle. No dense `D × D`
-//! matrix is formed; memory is the basis and its product, two `D × 3E` blocks. Each Ritz
+//! matrix is formed; memory is the basis and its product, two `D × 3.5E` blocks. Each Ritz
 //! pair's residual `‖Cu − θu‖ / θ_max` is measured exactly (from products already
 //! computed) and the iteration stops when every kept pair is below the tolerance.
 
@@ -120,8 +120,8 @@ impl<'a> Operator<'a> {
 ///
 /// Block Krylov with Rayleigh–Ritz: the basis grows by one orthonormalised block
 /// `C X_last` at a time (a Chebyshev-like polynomial filter, where subspace iteration
-/// only powers: measured at D = 4096, E = 256, 57 subspace steps against a few Krylov
-/// blocks), up to about `3E`; then it restarts from the best Ritz vectors and the
+/// only powers: measured at D = 4096, E = 256, 57 subspace steps against 15 Krylov
+/// blocks of E/2), up to about `3.5E`; then it restarts from the best Ritz vectors and the
 /// residual directions of the worst pairs. `H = VᵀCV` and `WᵀW` (with `W = CV`) grow
 /// by one block per step, so each Rayleigh–Ritz costs a small eigenproblem; residuals
 /// come from `sᵀWᵀWs − θ²` and are measured exactly from `U` and `CU` before they are
