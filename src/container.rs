@@ -220,14 +220,26 @@ pub fn write_f64<H: Header>(target: &std::path::Path, header: &H, mut arrays: Ve
 /// Verifies a container on disk a block at a time (format, version, checksum), without
 /// holding it in memory.
 pub fn verify_file<H: Header>(path: &std::path::Path) -> std::result::Result<H, ContainerError> {
+    let f = std::fs::File::open(path).map_err(|e| ContainerError::NotSafetensors(e.to_string()))?;
+    read_file::<H>(f, false).map(|(h, _)| h)
+}
+
+/// A container read from a file: its verified header and its f64 arrays by name.
+pub type FileArrays<H> = (H, std::collections::BTreeMap<String, Vec<f64>>);
+
+/// Reads a container of f64 arrays from an open file a block at a time, straight into the
+/// arrays (no copy of the file in memory), and verifies it before returning anything; with
+/// `keep` false only verifies. An array must lie within the file, so nothing larger than
+/// the file is ever allocated.
+pub fn read_file<H: Header>(mut f: std::fs::File, keep: bool) -> std::result::Result<FileArrays<H>, ContainerError> {
     use std::io::{Read, Seek, SeekFrom};
     let bad = |e: std::io::Error| ContainerError::NotSafetensors(e.to_string());
-    let mut f = std::fs::File::open(path).map_err(bad)?;
+    let size = f.metadata().map_err(bad)?.len();
     let mut n = [0u8; 8];
     f.read_exact(&mut n).map_err(bad)?;
     let n = u64::from_le_bytes(n);
-    if n > 100 << 20 {
-        return Err(ContainerError::NotSafetensors("header too large".into()));
+    if n > 100 << 20 || 8 + n > size {
+        return Err(ContainerError::NotSafetensors("the header length does not fit the file".into()));
     }
     let mut head = vec![0u8; n as usize];
     f.read_exact(&mut head).map_err(bad)?;
@@ -243,30 +255,79 @@ pub fn verify_file<H: Header>(path: &std::path::Path) -> std::result::Result<H, 
     for (name, info) in meta.as_object().into_iter().flatten().filter(|(k, _)| *k != "__metadata__") {
         let off = info.get("data_offsets").and_then(|o| o.as_array());
         let at = |i: usize| off.and_then(|o| o.get(i)).and_then(|v| v.as_u64());
+        let dtype = info.get("dtype").and_then(|d| d.as_str());
+        // The shape must account for the bytes, as the in-memory reader requires.
+        let elements = info
+            .get("shape")
+            .and_then(|s| s.as_array())
+            .map(|dims| dims.iter().map(|d| d.as_u64()).try_fold(1u64, |p, d| d.and_then(|d| p.checked_mul(d))));
+        let width = match dtype {
+            Some("F64" | "I64" | "U64") => 8,
+            Some("F32" | "I32" | "U32") => 4,
+            Some("F16" | "BF16" | "I16" | "U16") => 2,
+            _ => 1,
+        };
+        let fits = |a: u64, b: u64| elements.flatten().and_then(|e| e.checked_mul(width)) == Some(b - a);
         match (at(0), at(1)) {
-            (Some(a), Some(b)) if a <= b => ranges.push((name.clone(), a, b)),
-            _ => return Err(ContainerError::NotSafetensors(format!("array '{name}' has no valid offsets"))),
+            (Some(a), Some(b)) if a <= b && 8 + n + b <= size && fits(a, b) && (!keep || dtype == Some("F64")) => {
+                ranges.push((name.clone(), a, b))
+            }
+            (Some(_), Some(_)) if keep && dtype != Some("F64") => return Err(ContainerError::Shape(name.clone())),
+            _ => return Err(ContainerError::NotSafetensors(format!("array '{name}' does not lie within the file"))),
         }
     }
     ranges.sort();
     let mut h = Fnv::new();
-    let bare = bare_json(&header).map_err(|e| ContainerError::Inconsistent(e.to_string()))?;
-    h.update(bare.as_bytes());
+    if header.version() >= H::SEALED_FROM {
+        let bare = bare_json(&header).map_err(|e| ContainerError::Inconsistent(e.to_string()))?;
+        h.update(bare.as_bytes());
+    }
     let mut buf = vec![0u8; 1 << 20];
-    for (_, a, b) in &ranges {
+    let mut arrays = std::collections::BTreeMap::new();
+    for (name, a, b) in &ranges {
         f.seek(SeekFrom::Start(8 + n + a)).map_err(bad)?;
         let mut left = b - a;
+        let mut values = Vec::new();
+        if keep {
+            if left % 8 != 0 {
+                return Err(ContainerError::Shape(name.clone()));
+            }
+            values.reserve_exact((left / 8) as usize);
+        }
         while left > 0 {
+            // Whole f64s per block (the buffer is a multiple of 8).
             let take = left.min(buf.len() as u64) as usize;
             f.read_exact(&mut buf[..take]).map_err(bad)?;
             h.update(&buf[..take]);
+            if keep {
+                values.extend(buf[..take].chunks_exact(8).map(|c| f64::from_le_bytes(std::array::from_fn(|i| c[i]))));
+            }
             left -= take as u64;
         }
+        if keep {
+            arrays.insert(name.clone(), values);
+        }
     }
-    if header.version() < H::SEALED_FROM || *header.checksum_mut() != h.hex() {
+    if *header.checksum_mut() != h.hex() {
         return Err(ContainerError::Checksum(H::WHAT));
     }
-    Ok(header)
+    Ok((header, arrays))
+}
+
+/// FNV-1a 64 of a whole file, read a block at a time (a file's identity, as
+/// [`checksum`] gives it for the file's bytes).
+pub fn file_checksum(path: &std::path::Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let mut h = Fnv::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let got = f.read(&mut buf)?;
+        if got == 0 {
+            return Ok(h.hex());
+        }
+        h.update(&buf[..got]);
+    }
 }
 
 /// Parses a header and checks its format name and version.

@@ -396,6 +396,44 @@ mod tests {
     }
 
     #[test]
+    fn a_statistics_file_streams_out_and_in_as_the_bytes_do_and_damage_is_refused() {
+        let (dim, c, rows) = (300, 2, 50);
+        let (z, y) = data(rows, dim, c);
+        let mut st = GramStats::new(vec![0.25; dim], c);
+        st.add(&z, &y, rows, 2).unwrap();
+        let dir = std::env::temp_dir().join(format!("sketchfit-stats-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("p.stats");
+        let meta = serde_json::json!({ "kind": "test" });
+        stats_to_file(&path, &[("labeled", &st)], meta.clone()).unwrap();
+        let open = || std::fs::File::open(&path).unwrap();
+        let (blocks, back_meta) = stats_from_file(open()).unwrap();
+        assert_eq!((blocks[0].1.clone(), back_meta.clone()), (st.clone(), meta.clone()));
+        // The in-memory reader and writer agree with the streamed ones.
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(stats_from_bytes(&bytes).unwrap().0[0].1, st);
+        let built = stats_to_bytes(&[("labeled", &st)], meta).unwrap();
+        std::fs::write(&path, &built).unwrap();
+        assert_eq!(stats_from_file(open()).unwrap().0[0].1, st);
+        // A changed byte, a cut file, an array said to lie past the end: refused, and
+        // nothing larger than the file is allocated.
+        let mut changed = bytes.clone();
+        let at = changed.len() - 100;
+        changed[at] ^= 4;
+        std::fs::write(&path, &changed).unwrap();
+        assert!(matches!(stats_from_file(open()), Err(ContainerError::Checksum(_))));
+        std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+        assert!(stats_from_file(open()).is_err());
+        let end = format!(",{}]", 8 * (TriGram::len_for(dim) + 2 * dim + dim * c + 2 * c));
+        let pos = bytes.windows(end.len()).position(|w| w == end.as_bytes()).unwrap() + 1;
+        let mut past = bytes.clone();
+        past[pos] = b'9';
+        std::fs::write(&path, &past).unwrap();
+        assert!(matches!(stats_from_file(open()), Err(ContainerError::NotSafetensors(_))));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn statistics_of_other_shapes_are_refused_not_merged() {
         let mut a = GramStats::new(vec![0.0; 4], 2);
         let b = GramStats::new(vec![0.0; 5], 2);
@@ -571,7 +609,27 @@ pub fn stats_from_bytes(
 ) -> std::result::Result<(Vec<(String, GramStats)>, serde_json::Value), ContainerError> {
     let file = crate::container::decode::<StatsHeader>(bytes)?;
     let header = file.header.clone();
-    let get = |name: &str, len: usize| file.f64(name, len);
+    stats_blocks(header, |name, len| file.f64(name, len))
+}
+
+/// [`stats_from_bytes`] from an open file, read a block at a time straight into the
+/// statistics: one copy of them in memory, not two.
+pub fn stats_from_file(
+    file: std::fs::File,
+) -> std::result::Result<(Vec<(String, GramStats)>, serde_json::Value), ContainerError> {
+    let (header, mut arrays) = crate::container::read_file::<StatsHeader>(file, true)?;
+    stats_blocks(header, |name, len| match arrays.remove(name) {
+        Some(v) if v.len() == len => Ok(v),
+        Some(_) => Err(ContainerError::Shape(name.to_string())),
+        None => Err(ContainerError::Missing(name.to_string())),
+    })
+}
+
+/// The blocks a verified statistics header names, their arrays taken by `get(name, len)`.
+fn stats_blocks(
+    header: StatsHeader,
+    mut get: impl FnMut(&str, usize) -> std::result::Result<Vec<f64>, ContainerError>,
+) -> std::result::Result<(Vec<(String, GramStats)>, serde_json::Value), ContainerError> {
     let mut out = Vec::new();
     for b in &header.blocks {
         let (dim, c) = (b.dim, b.c);

@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::pipeline::state::State;
-use crate::stats::stats_from_bytes;
+use crate::stats::stats_from_file;
 use crate::stats::{stats_to_file, GramStats};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -43,7 +43,7 @@ impl Checkpointer<'_> {
 pub(crate) fn load_checkpoint(path: &Path, fingerprint: &str) -> Result<(State, Vec<usize>)> {
     let bad = |message: String| Error::BadModel { path: path.into(), message };
     // Callers resume only from a checkpoint that exists; the shared reader names any other fault.
-    let (blocks, meta, _) = read_stats(path, false)?;
+    let (blocks, meta) = read_stats(path, false)?;
     let meta: CheckpointMeta = serde_json::from_value(meta).map_err(|e| bad(format!("bad checkpoint header: {e}")))?;
     if meta.kind != "checkpoint" {
         return Err(bad("not a checkpoint".into()));
@@ -72,13 +72,13 @@ pub(crate) fn abort_after() -> Option<usize> {
 
 pub(crate) static UNITS_DONE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
-/// A statistics file: its named blocks, its meta value and its bytes.
-pub(crate) type StatsFile = (Vec<(String, GramStats)>, serde_json::Value, Vec<u8>);
+/// A statistics file: its named blocks and its meta value.
+pub(crate) type StatsFile = (Vec<(String, GramStats)>, serde_json::Value);
 
-/// `input`: a file this run only reads (parts), as opposed to its own checkpoint.
+/// `input`: a file this run only reads (parts), as opposed to its own checkpoint. Read a
+/// block at a time into the statistics (a 16 GiB part needs 16 GiB, not 32).
 pub(crate) fn read_stats(path: &Path, input: bool) -> Result<StatsFile> {
     let bad = |message: String| Error::BadModel { path: path.into(), message };
-    let bytes = if input { crate::atomic::read_input(path)? } else { crate::atomic::read_own(path)? };
-    let (blocks, meta) = stats_from_bytes(&bytes).map_err(|e| bad(e.to_string()))?;
-    Ok((blocks, meta, bytes))
+    let file = if input { crate::atomic::open_input(path)? } else { crate::atomic::open_own(path)? };
+    stats_from_file(file).map_err(|e| bad(e.to_string()))
 }

@@ -142,7 +142,7 @@ pub(crate) fn pass_one() -> u32 {
 /// The merged pass-one statistics of a sharded two-pass run.
 pub(crate) fn load_pass1(path: &Path, fingerprint: Option<&str>) -> Result<(Vec<GramStats>, PartMeta, String)> {
     let bad = |message: String| Error::BadModel { path: path.into(), message };
-    let (blocks, meta, bytes) = read_stats(path, true)?;
+    let (blocks, meta) = read_stats(path, true)?;
     let meta: PartMeta =
         serde_json::from_value(meta).map_err(|e| bad(format!("not merged pass-one statistics: {e}")))?;
     if meta.kind != "pass1" {
@@ -154,7 +154,7 @@ pub(crate) fn load_pass1(path: &Path, fingerprint: Option<&str>) -> Result<(Vec<
     let State::Two { pass1, .. } = State::from_blocks(2, blocks).map_err(bad)? else {
         return Err(bad("no pass-one statistics".into()));
     };
-    Ok((pass1, meta, crate::stats::checksum([bytes.as_slice()])))
+    Ok((pass1, meta, crate::container::file_checksum(path).map_err(|e| Error::io(path, e))?))
 }
 
 /// Parses `i/N`.
@@ -227,7 +227,7 @@ impl Statistics {
     }
     /// Reads and verifies a part file.
     pub fn load(path: &Path) -> Result<Statistics> {
-        let (blocks, meta, _) = read_stats(path, true)?;
+        let (blocks, meta) = read_stats(path, true)?;
         Statistics::from_blocks(path, blocks, meta)
     }
     pub(crate) fn from_blocks(
