@@ -84,11 +84,6 @@ pub fn read_input(path: &Path) -> Result<Vec<u8>> {
     read_all(open_input(path)?, path)
 }
 
-/// Reads a whole file through [`open_own`].
-pub fn read_own(path: &Path) -> Result<Vec<u8>> {
-    read_all(open_own(path)?, path)
-}
-
 fn read_all(mut file: File, path: &Path) -> Result<Vec<u8>> {
     use std::io::Read;
     let mut bytes = Vec::new();
