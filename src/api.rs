@@ -196,9 +196,32 @@ impl Pipeline {
         shard: (usize, usize),
     ) -> Result<Statistics> {
         self.one_pass_only()?;
+        let mut spec = self.spec.clone();
+        spec.run.keep_statistics = true;
+        let data = Dataset::from_batches("record batches", batches.into_iter().collect(), spec.columns())?;
+        let prep = prepare_inputs(&spec, data, None, &mut |_| {})?;
+        accumulate_part(&spec, prep, shard, &RunOptions::default(), None, &mut |_| {})
+    }
+
+    /// An in-memory fit that keeps what continues it: with at most `D/2` rows (and a
+    /// question the dual path answers) the model, trained by the dual solve, whose
+    /// continuation is the rows themselves; otherwise the statistics of all the rows,
+    /// which [`Pipeline::solve`] turns into the model [`Pipeline::fit`] would give.
+    pub fn fit_or_accumulate(&self, batches: impl IntoIterator<Item = RecordBatch>) -> Result<InMemoryFit> {
+        self.one_pass_only()?;
+        self.check()?;
         let data = Dataset::from_batches("record batches", batches.into_iter().collect(), self.spec.columns())?;
         let prep = prepare_inputs(&self.spec, data, None, &mut |_| {})?;
-        accumulate_part(&self.spec, prep, shard, &RunOptions::default(), None, &mut |_| {})
+        if prep.dual {
+            return Ok(InMemoryFit::Model(Box::new(train_prepared(
+                &self.spec,
+                &RunOptions::default(),
+                prep,
+                &mut |_| {},
+            )?)));
+        }
+        let stats = accumulate_part(&self.spec, prep, (0, 1), &RunOptions::default(), None, &mut |_| {})?;
+        Ok(InMemoryFit::Statistics(Box::new(stats)))
     }
 
     /// [`Pipeline::accumulate`] over Parquet files: every n-th row group.
@@ -210,6 +233,7 @@ impl Pipeline {
         self.one_pass_only()?;
         let mut spec = self.spec.clone();
         spec.data.train = files.into_iter().map(Into::into).collect();
+        spec.run.keep_statistics = true;
         spec.check()?;
         let prep = prepare(&spec, &mut |_| {})?;
         accumulate_part(&spec, prep, shard, &RunOptions::default(), None, &mut |_| {})
@@ -252,6 +276,15 @@ impl Pipeline {
         let prep = prepare(&spec, &mut |_| {})?;
         train_prepared(&spec, &RunOptions::default(), prep, &mut |_| {})
     }
+}
+
+/// What [`Pipeline::fit_or_accumulate`] gives.
+#[derive(Debug)]
+pub enum InMemoryFit {
+    /// Trained in the dual (at most `D/2` rows): no statistics were formed.
+    Model(Box<Model>),
+    /// The statistics of every row, to solve.
+    Statistics(Box<Statistics>),
 }
 
 fn all_cores() -> usize {

@@ -47,6 +47,7 @@ mod band;
 pub mod chol;
 pub mod codes;
 pub mod container;
+pub mod dual;
 pub mod error;
 pub mod lasso;
 pub mod rng;

@@ -440,6 +440,9 @@ pub enum SolvePath {
     Cholesky,
     /// Tridiagonal reduction with rotated right-hand sides (GCV, validation).
     Tridiagonal,
+    /// The rows kept instead of the Gram and ridge solved on the `n × n` kernel matrix
+    /// (at most `D/2` rows, λ fixed > 0 or by GCV, no PCA; `dual.rs`).
+    Dual,
 }
 
 impl SolvePath {
@@ -450,6 +453,7 @@ impl SolvePath {
             SolvePath::Eigen => "eigen",
             SolvePath::Cholesky => "cholesky",
             SolvePath::Tridiagonal => "tridiagonal",
+            SolvePath::Dual => "dual",
         }
     }
 }
@@ -466,6 +470,8 @@ pub enum Ridge {
         /// Eigenvalues and rotated right-hand sides.
         problem: RotatedProblem,
     },
+    /// On the kernel matrix of the kept rows (GCV; a fixed λ is `Solved`).
+    Dual(Box<crate::dual::DualRidge>),
     /// Already solved at the fixed λ (Cholesky).
     Solved {
         /// `W`, row-major `D × c`.
@@ -480,6 +486,7 @@ impl Ridge {
     pub fn outputs(&self) -> usize {
         match self {
             Ridge::Eigen(p) | Ridge::Tridiagonal { problem: p, .. } => p.c,
+            Ridge::Dual(d) => d.problem.c,
             Ridge::Solved { bias, .. } => bias.len(),
         }
     }
@@ -488,6 +495,7 @@ impl Ridge {
     pub fn eigenvalues(&self) -> Option<&[f64]> {
         match self {
             Ridge::Tridiagonal { problem, .. } => Some(&problem.sigma),
+            Ridge::Dual(d) => Some(&d.problem.sigma),
             _ => None,
         }
     }
@@ -496,6 +504,7 @@ impl Ridge {
     pub fn grid(&self) -> Vec<f64> {
         match self {
             Ridge::Eigen(p) | Ridge::Tridiagonal { problem: p, .. } => p.grid().1,
+            Ridge::Dual(d) => d.problem.grid().1,
             Ridge::Solved { .. } => Vec::new(),
         }
     }
@@ -504,6 +513,7 @@ impl Ridge {
     pub fn gcv(&self, labeled: &Centered) -> Option<GcvCurve> {
         match self {
             Ridge::Eigen(p) | Ridge::Tridiagonal { problem: p, .. } => Some(p.gcv(labeled.n, &labeled.cyy)),
+            Ridge::Dual(d) => Some(d.problem.gcv(labeled.n, &labeled.cyy)),
             Ridge::Solved { .. } => None,
         }
     }
@@ -520,6 +530,7 @@ impl Ridge {
                     (w, b)
                 })
                 .collect(),
+            Ridge::Dual(d) => d.weights(sets, labeled),
             Ridge::Solved { weights, bias } => sets.iter().map(|_| (weights.clone(), bias.clone())).collect(),
         }
     }

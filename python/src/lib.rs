@@ -11,7 +11,7 @@ use arrow_array::{Array, RecordBatch};
 use pyo3::exceptions::{PyMemoryError, PyOSError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyCapsule};
-use sketchfit::api::FeatureMap;
+use sketchfit::api::{FeatureMap, InMemoryFit};
 use sketchfit::source::Classes;
 use sketchfit::{Error, Model, Pipeline, Statistics};
 
@@ -128,6 +128,21 @@ impl PyPipeline {
         let b = batches(source)?;
         let s = py.detach(|| self.inner.accumulate(b, shard)).map_err(py_err)?;
         Ok(PyStatistics { inner: s })
+    }
+
+    /// A fit that keeps its continuation: `("model", Model)` when it trained in the dual
+    /// (at most D/2 rows: the rows are the continuation), else `("statistics",
+    /// Statistics)` of every row, to solve.
+    fn fit_or_accumulate<'py>(
+        &self,
+        py: Python<'py>,
+        source: &Bound<'py, PyAny>,
+    ) -> PyResult<(&'static str, Bound<'py, PyAny>)> {
+        let b = batches(source)?;
+        match py.detach(|| self.inner.fit_or_accumulate(b)).map_err(py_err)? {
+            InMemoryFit::Model(m) => Ok(("model", Bound::new(py, PyModel { inner: *m })?.into_any())),
+            InMemoryFit::Statistics(s) => Ok(("statistics", Bound::new(py, PyStatistics { inner: *s })?.into_any())),
+        }
     }
 
     /// Statistics of shard `(i, n)` of Parquet files' row groups.

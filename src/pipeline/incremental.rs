@@ -42,8 +42,8 @@ impl Statistics {
             State::One { labeled, unlabeled } => {
                 State::One { labeled: zero(labeled), unlabeled: unlabeled.as_ref().map(zero) }
             }
-            State::Two { .. } | State::Folds { .. } | State::Candidates { .. } => {
-                return Err(Error::Internal("a one-pass part holds two-pass or fold statistics".into()))
+            State::Two { .. } | State::Folds { .. } | State::Candidates { .. } | State::Rows(_) => {
+                return Err(Error::Internal("a one-pass part holds two-pass, fold or kept-row statistics".into()))
             }
         };
         let mut meta = self.meta.clone();
@@ -89,6 +89,7 @@ impl Statistics {
             fingerprint: self.meta.fingerprint.clone(),
             work,
             semi: unlabeled.is_some(),
+            dual: false,
             alternatives: Vec::new(),
         };
         let units: Vec<usize> = (0..prep.work.len()).collect();

@@ -21,6 +21,9 @@ use crate::source::{Chunk, Dataset, ResolvedFeatures, Unit};
 use crate::stats::GramStats;
 use std::collections::BTreeSet;
 
+/// Rows per chunk when the rows are kept (the dual solve).
+pub(crate) const DUAL_CHUNK_ROWS: usize = 256;
+
 /// Labeled-row mask and targets of a chunk.
 pub(crate) fn targets(
     prep: &Prepared,
@@ -98,7 +101,14 @@ pub(crate) fn run_pass(
     // Time the other candidates' maps take on the folding thread (reported apart).
     let mut alt_map = 0.0;
     let gemm_before = crate::stats::gemm_seconds();
-    let times = crate::pipeline::stream::stream_mapped(&units, chunk_rows_for(spec, dim), &map, &mut |item| {
+    // Kept rows are copied out of each chunk: small chunks keep the two mapped buffers
+    // small beside them.
+    let chunk = if matches!(state, State::Rows(_)) {
+        chunk_rows_for(spec, dim).min(DUAL_CHUNK_ROWS)
+    } else {
+        chunk_rows_for(spec, dim)
+    };
+    let times = crate::pipeline::stream::stream_mapped(&units, chunk, &map, &mut |item| {
         let (wi, ch, z, (mask, y)) = match item {
             Mapped::Chunk { tag, chunk, features, extra } => (tag, chunk, features, extra),
             Mapped::UnitDone(wi) => {
@@ -123,6 +133,14 @@ pub(crate) fn run_pass(
         let fold = Folding { spec, file: unit.file, row_group: unit.row_group, threads, gram };
         match state {
             State::One { .. } | State::Folds { .. } => fold.one_pass(state, z, dim, &mask, &y, &ch)?,
+            State::Rows(kept) => {
+                if all_labeled {
+                    kept.add(z, &y, ch.rows).map_err(data_err(&ch))?;
+                } else {
+                    let zl = select_rows(z, dim, &mask, true);
+                    kept.add(&zl, &y, zl.len() / dim).map_err(data_err(&ch))?;
+                }
+            }
             State::Candidates { states } => {
                 for (i, inner) in states.iter_mut().enumerate() {
                     if i == 0 {
@@ -248,7 +266,14 @@ pub(crate) fn accumulate(
         }
         _ => (State::new(spec, prep), Vec::new()),
     };
-    let mut ckpt = opts.checkpoint.as_deref().map(|path| Checkpointer {
+    if prep.dual && done.is_empty() && state.pass() == 1 {
+        state = State::Rows(crate::dual::RowStats::new(prep.pipeline.output_dim(), prep.c));
+        if opts.checkpoint.is_some() {
+            say("no checkpoint: the rows are kept for the dual solve (the pass is one read of at most D/2 rows)");
+        }
+    }
+    let keeps_rows = matches!(state, State::Rows(_));
+    let mut ckpt = opts.checkpoint.as_deref().filter(|_| !keeps_rows).map(|path| Checkpointer {
         path,
         every: spec.run.checkpoint_every,
         since: 0,
@@ -263,6 +288,7 @@ pub(crate) fn accumulate(
         match s {
             State::One { labeled, unlabeled } => labeled.n + unlabeled.as_ref().map_or(0, |u| u.n),
             State::Folds { folds } => folds.iter().map(|f| f.n).sum(),
+            State::Rows(kept) => kept.rows() as u64,
             State::Candidates { states } => states.first().map_or(0, rows),
             State::Two { pass1, .. } => pass1.first().map_or(0, |p| p.n),
         }

@@ -28,6 +28,8 @@ pub(crate) fn solve_bytes(path: SolvePath, dim: usize, c: usize) -> u64 {
         SolvePath::Cholesky => 8 * (crate::stats::TriGram::len_for(dim) + 2 * dim * c) as u64,
         SolvePath::Tridiagonal => crate::tridiag::bytes_for(dim, c),
         SolvePath::Eigen | SolvePath::Auto => 3 * 8 * (dim * dim) as u64,
+        // The dual's memory depends on the rows: `RowStats::solve_bytes`.
+        SolvePath::Dual => 0,
     }
 }
 
@@ -80,6 +82,37 @@ pub(crate) fn solve_path(spec: &PipelineSpec, use_pca: bool, semi: bool) -> Resu
             refuse("\"tridiagonal\" solves ridge on all features; PCA and unlabeled rows need \"eigen\"")
         }
         SolvePath::Tridiagonal if zero => refuse("λ = 0 is the pseudo-inverse, which needs \"eigen\""),
+        SolvePath::Dual => refuse(DUAL_NEEDS),
         path => Ok(path),
+    }
+}
+
+/// What `ridge.solver = "dual"` needs (and `auto` checks before it keeps the rows).
+const DUAL_NEEDS: &str = "\"dual\" keeps the rows instead of statistics: it needs one pass, at most D/2 labeled rows, ridge on all features (no PCA, no unlabeled rows) with a fixed λ > 0 or λ by GCV, no validation files, k-fold or candidates, and a run whose product is a model (not accumulate's part files)";
+
+/// Whether the run keeps its mapped rows and solves ridge in the dual (math.md §13.7):
+/// with at most `D/2` labeled rows the `n × n` kernel matrix is smaller than the Gram
+/// and cheaper to build (`n²D` against `nD²`) and to factor. Taken by `auto` when the
+/// question is ridge on all features at a fixed λ > 0 or by GCV; `ridge.solver = "dual"`
+/// asks for it and is refused when the run cannot take it.
+pub(crate) fn takes_dual(spec: &PipelineSpec, labeled_rows: u64, semi: bool, dim: usize) -> Result<bool> {
+    let lambda = spec.lambda()?;
+    let question = matches!(lambda, LambdaChoice::Fixed(l) if l > 0.0) || matches!(lambda, LambdaChoice::Gcv { .. });
+    let eligible = question
+        && spec.solver.kind == crate::pipeline::spec::SolverKind::Ridge
+        && spec.passes == 1
+        && spec.components() == crate::solve::Components::All
+        && !semi
+        && spec.data.validation.is_empty()
+        && spec.ridge.cv.is_none()
+        && spec.candidates.is_none()
+        && !spec.run.keep_statistics
+        && labeled_rows >= 2
+        && 2 * labeled_rows <= dim as u64;
+    match spec.ridge.solver {
+        SolvePath::Auto => Ok(eligible),
+        SolvePath::Dual if eligible => Ok(true),
+        SolvePath::Dual => Err(Error::config(spec.source.as_str(), "ridge.solver", DUAL_NEEDS.to_string())),
+        _ => Ok(false),
     }
 }

@@ -51,6 +51,8 @@ pub struct Prepared {
     pub work: Vec<WorkUnit>,
     /// Rows may be unlabeled (unlabeled files or null labels).
     pub semi: bool,
+    /// The run keeps its mapped rows and solves in the dual (`paths::takes_dual`).
+    pub dual: bool,
     /// Kernel candidates after the first (`stages.N.candidates`; the first is the
     /// prepared map itself): each one's pipeline spec, fitted stages, map and shift.
     pub alternatives: Vec<Alternative>,
@@ -208,6 +210,7 @@ pub fn prepare_inputs(
         };
         alternatives.push(Alternative { spec: alt, stages, pipeline, shift });
     }
+    let dual = crate::pipeline::paths::takes_dual(spec, labeled.total_rows(), semi, pipeline.output_dim())?;
     let prep = Prepared {
         labeled,
         unlabeled,
@@ -220,6 +223,7 @@ pub fn prepare_inputs(
         fingerprint,
         work,
         semi,
+        dual,
         alternatives,
     };
     check_memory(spec, &prep, say)?;
@@ -352,6 +356,9 @@ pub(crate) fn stage_ranges(pipeline: &FeaturePipeline) -> Vec<std::ops::Range<us
 pub(crate) fn check_memory(spec: &PipelineSpec, prep: &Prepared, say: &mut dyn FnMut(&str)) -> Result<()> {
     let (d, dim, c) = (prep.labeled.dim(), prep.pipeline.output_dim(), prep.c);
     let chunk = chunk_rows_for(spec, dim);
+    if prep.dual {
+        return check_dual_memory(spec, prep, say);
+    }
     let (stats, solve_dim, path) = if spec.passes == 2 {
         let ranges = stage_ranges(&prep.pipeline);
         let e: usize = ranges
@@ -417,6 +424,36 @@ pub(crate) fn check_memory(spec: &PipelineSpec, prep: &Prepared, say: &mut dyn F
         }
     }
     Ok(())
+}
+
+/// [`check_memory`] for a run that keeps its rows (the dual solve).
+fn check_dual_memory(spec: &PipelineSpec, prep: &Prepared, say: &mut dyn FnMut(&str)) -> Result<()> {
+    use crate::dual::RowStats;
+    let (d, dim, c) = (prep.labeled.dim(), prep.pipeline.output_dim(), prep.c);
+    let n = prep.labeled.total_rows();
+    let rows = RowStats::bytes_for(n, dim, c);
+    let gcv = matches!(spec.lambda()?, LambdaChoice::Gcv { .. });
+    let solve = RowStats::solve_bytes(n, c, gcv);
+    let chunk = chunk_rows_for(spec, dim).min(crate::pipeline::pass::DUAL_CHUNK_ROWS);
+    let buffers = (4 * chunk * (d * 4 + 2 * dim)) as u64;
+    let needed = rows + solve + buffers;
+    say(&format!(
+        "memory: {n} rows ≤ D/2 = {}: the mapped rows are kept {} instead of the Gram {}, chunk buffers {}, solve {} (dual path: the {n} × {n} kernel matrix); d = {d} in {} file(s)",
+        dim / 2,
+        mib(rows),
+        mib(GramStats::bytes_for(dim, c)),
+        mib(buffers),
+        mib(solve),
+        prep.labeled.files.len(),
+    ));
+    match memory_limit(spec) {
+        Some(limit) if needed > limit => Err(Error::Memory {
+            needed,
+            limit,
+            hint: "lower the stages' dim or raise run.memory_limit_mib (the dual path holds the mapped rows and an n × n matrix)".into(),
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// Rows per chunk in the pass: `run.chunk_rows`, lowered so that one chunk's features

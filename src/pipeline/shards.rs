@@ -181,6 +181,9 @@ pub fn accumulate_shard(
     if spec.passes == 1 && pass1.is_some() {
         return Err(Error::config("command line", "--pass1", "only two-pass pipelines have a pass one"));
     }
+    let mut spec = spec.clone();
+    spec.run.keep_statistics = true;
+    let spec = &spec;
     let prep = prepare(spec, say)?;
     for out in std::iter::once(out).chain(opts.checkpoint.as_deref()) {
         crate::atomic::check_output(out)?;
@@ -209,11 +212,13 @@ impl Statistics {
     }
     /// The part file's bytes (read back before they are returned).
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        self.state.writable()?;
         let blocks = self.state.blocks();
         stats_to_bytes(&self.part_blocks(&blocks), serde_json::to_value(&self.meta).unwrap_or_default())
     }
     /// Writes the part file (streamed: no copy of the statistics in memory).
     fn write(&self, path: &Path) -> Result<()> {
+        self.state.writable()?;
         let blocks = self.state.blocks();
         crate::stats::stats_to_file(
             path,

@@ -68,6 +68,36 @@ pub(crate) fn solve_state(
         State::Folds { .. } | State::Candidates { .. } => {
             Err(Error::Internal("fold or candidate statistics reached the solve before their selection".into()))
         }
+        State::Rows(kept) => {
+            let dual = kept.solve(&spec.lambda()?, spec.threads())?;
+            say(&format!(
+                "solve: dual, on the {n} × {n} kernel matrix of the kept rows ({n} rows ≤ D/2)",
+                n = dual.labeled.n
+            ));
+            let dim = dual.labeled.mean.len();
+            let rows = dual.labeled.n;
+            let (ridge, eigenvalues) = match dual.kernel {
+                crate::dual::DualKernel::Solved { weights, bias } => (Ridge::Solved { weights, bias }, Vec::new()),
+                crate::dual::DualKernel::Gcv { form, problem } => {
+                    let ev = problem.sigma.clone();
+                    let rows = std::mem::replace(kept, crate::dual::RowStats::new(dim, problem.c));
+                    let ridge = crate::dual::DualRidge { rows, form, problem, threads: spec.threads() };
+                    (Ridge::Dual(Box::new(ridge)), ev)
+                }
+            };
+            Ok(Solved {
+                ridge,
+                path: SolvePath::Dual,
+                rows,
+                labeled: dual.labeled,
+                projections: Vec::new(),
+                eigenvalues,
+                pcas: None,
+                unlabeled_rows: 0,
+                components: dim,
+                components_requested: dim,
+            })
+        }
         State::One { labeled, unlabeled } => {
             if labeled.n < 2 {
                 return Err(Error::data(
@@ -295,7 +325,7 @@ pub(crate) fn finish(
     if use_validation {
         let target = match &*state {
             State::One { labeled, .. } => Some(labeled),
-            State::Folds { .. } | State::Candidates { .. } => None,
+            State::Folds { .. } | State::Candidates { .. } | State::Rows(_) => None,
             State::Two { pass2, .. } => pass2.as_ref(),
         };
         let mut held_out = match target {
@@ -345,7 +375,9 @@ pub(crate) fn finish(
     say(&format!("solve: {:.1} s ({} path)", start.elapsed().as_secs_f64(), solved.path.name()));
     let (infos, projs): (Vec<ProjectionInfo>, Vec<Projection>) = solved.projections.iter().cloned().unzip();
     let mean = match state {
-        State::One { .. } | State::Folds { .. } | State::Candidates { .. } => solved.labeled.mean.clone(),
+        State::One { .. } | State::Folds { .. } | State::Candidates { .. } | State::Rows(_) => {
+            solved.labeled.mean.clone()
+        }
         State::Two { pass1, .. } => pass1.iter().flat_map(|s| s.moments().mean).collect(),
     };
     let header = ModelHeader {

@@ -350,6 +350,10 @@ pub struct RunSpec {
     /// rather than a copy. Set by the driver, never by the file.
     #[serde(skip)]
     pub stats_on_disk: bool,
+    /// The run's product is its statistics (`accumulate`, shards, incremental fits), so
+    /// it never keeps rows for the dual solve instead. Set by the driver.
+    #[serde(skip)]
+    pub keep_statistics: bool,
 }
 
 fn default_checkpoint_every() -> usize {
@@ -379,6 +383,7 @@ impl Default for RunSpec {
             checkpoint: None,
             gram: crate::stats::Precision::F64,
             stats_on_disk: false,
+            keep_statistics: false,
         }
     }
 }

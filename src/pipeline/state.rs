@@ -31,6 +31,9 @@ pub enum State {
         /// One per candidate.
         states: Vec<State>,
     },
+    /// One pass keeping the mapped rows themselves for the dual solve (at most `D/2`
+    /// labeled rows; never written to a file: `paths::takes_dual`).
+    Rows(crate::dual::RowStats),
     /// Two passes: per-stage statistics over all rows, then the projected statistics.
     Two {
         /// Pass one, one per stage.
@@ -72,9 +75,11 @@ impl State {
         }
     }
 
-    /// Named blocks for a statistics file.
+    /// Named blocks for a statistics file (kept rows have none: a run that keeps rows
+    /// writes no statistics, see [`State::writable`]).
     pub(crate) fn blocks(&self) -> Vec<(String, &GramStats)> {
         match self {
+            State::Rows(_) => Vec::new(),
             State::One { labeled, unlabeled } => {
                 let mut v = vec![("labeled".to_string(), labeled)];
                 if let Some(u) = unlabeled {
@@ -96,6 +101,14 @@ impl State {
                 }
                 v
             }
+        }
+    }
+
+    /// Refuses to write kept rows as if they were statistics.
+    pub(crate) fn writable(&self) -> crate::error::Result<()> {
+        match self {
+            State::Rows(_) => Err(crate::error::Error::Internal("kept rows reached a statistics writer".into())),
+            _ => Ok(()),
         }
     }
 
@@ -184,6 +197,7 @@ impl State {
                 }
                 Ok(())
             }
+            (State::Rows(_), _) | (_, State::Rows(_)) => Err("kept rows do not merge with statistics".into()),
             _ => Err("one-pass and two-pass statistics do not merge".into()),
         }
     }

@@ -256,8 +256,8 @@ pub(crate) fn refit_state(state: &mut State, held_out: &GramStats) -> Result<()>
         State::One { labeled, .. } => labeled,
         State::Two { pass2: Some(p2), .. } => p2,
         State::Two { pass2: None, .. } => return Err(Error::Internal("refit before pass two".into())),
-        State::Folds { .. } | State::Candidates { .. } => {
-            return Err(Error::Internal("a validation refit of fold or candidate statistics".into()))
+        State::Folds { .. } | State::Candidates { .. } | State::Rows(_) => {
+            return Err(Error::Internal("a validation refit of fold, candidate or kept-row statistics".into()))
         }
     };
     target.merge(held_out).map_err(|e| Error::Internal(format!("validation statistics: {e}")))

@@ -621,12 +621,13 @@ fn the_memory_statement_covers_the_solve_path_and_a_fixed_lambda_factors_in_plac
     let dir = TempDir::new("memory");
     write_parquet(&dir.path("t.parquet"), good_columns(300), 100);
     // D = 4096: the Gram is 64 MiB, small chunks keep the buffers near the 32 MiB scratch:
-    // the pass fits in 110 MiB, the Gram and a copy (128 MiB) do not.
+    // the pass fits in 110 MiB, the Gram and a copy (128 MiB) do not. (300 rows ≤ D/2
+    // would go to the dual path: the primal paths are named.)
     let p = pipeline(
         &dir,
         &["t.parquet"],
         "features = [\"a\", \"b\"]",
-        "dim = 4096\n\n[ridge]\nlambda = 0.1\n\n[run]\nchunk_rows = 64\nmemory_limit_mib = 110",
+        "dim = 4096\n\n[ridge]\nlambda = 0.1\nsolver = \"cholesky\"\n\n[run]\nchunk_rows = 64\nmemory_limit_mib = 110",
     );
     std::fs::write(&p, std::fs::read_to_string(&p).unwrap().replace("dim = 16\n", "")).unwrap();
     let model = dir.path("m.sfm");
@@ -639,7 +640,8 @@ fn the_memory_statement_covers_the_solve_path_and_a_fixed_lambda_factors_in_plac
     assert!(err.contains("before the in-place solve"), "{err}");
     assert!(model.exists() && !dir.path("m.sfm.ckpt").exists());
     // GCV needs a dense D × D (128 MiB): refused before the pass, naming the path.
-    let out = sketchfit(&["train", &p, "-o", dir.path("g.sfm").to_str().unwrap(), "--set", "ridge.lambda=\"gcv\""]);
+    let gcv = ["--set", "ridge.lambda=\"gcv\"", "--set", "ridge.solver=\"tridiagonal\""];
+    let out = sketchfit(&[&["train", &p, "-o", dir.path("g.sfm").to_str().unwrap()][..], &gcv[..]].concat());
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("not enough memory") && err.contains("tridiagonal"), "{err}");
@@ -653,7 +655,12 @@ fn a_large_fixed_lambda_solve_consumes_statistics_that_are_on_disk_and_equals_th
     write_parquet(&dir.path("t.parquet"), good_columns(200), 100);
     // D = 8192: the Gram copy (277 MB) passes the 256 MiB a solve copies when the
     // statistics are safe on disk anyway.
-    let p = pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", "dim = 8192\n\n[ridge]\nlambda = 0.1");
+    let p = pipeline(
+        &dir,
+        &["t.parquet"],
+        "features = [\"a\", \"b\"]",
+        "dim = 8192\n\n[ridge]\nlambda = 0.1\nsolver = \"cholesky\"",
+    );
     std::fs::write(&p, std::fs::read_to_string(&p).unwrap().replace("dim = 16\n", "")).unwrap();
     let path = |name: &str| dir.path(name).to_string_lossy().into_owned();
     // `train` keeps a checkpoint by default: written, factored in place, removed.
