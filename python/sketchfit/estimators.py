@@ -102,12 +102,15 @@ class _SketchModel(BaseEstimator):
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        for key in ("_model", "_stats", "_pipeline"):
+        for key in ("_model", "_stats", "_pipeline", "_rows"):
             state.pop(key, None)
         if getattr(self, "_model", None) is not None:
             state["_model_bytes"] = self._model.to_bytes()
         if getattr(self, "_stats", None) is not None:
             state["_stats_bytes"] = self._stats.to_bytes()
+        elif getattr(self, "_rows", None) is not None:
+            # A dual fit's continuation is its rows; pickled as their statistics.
+            state["_stats_bytes"] = self._pipeline.accumulate(self._rows, (0, 1)).to_bytes()
         if getattr(self, "_pipeline", None) is not None:
             state["_pipeline_args"] = (self._pipeline_text, self._pipeline_classes)
         return state
@@ -121,6 +124,11 @@ class _SketchModel(BaseEstimator):
         self._stats = None if stats is None else Statistics.from_bytes(stats)
         if pipe is not None:
             self._set_pipeline(*pipe)
+
+    def _started(self) -> bool:
+        """Whether rows were taken that a ``partial_fit`` continues: statistics, or the
+        rows a dual fit kept."""
+        return getattr(self, "_stats", None) is not None or getattr(self, "_rows", None) is not None
 
     def _set_pipeline(self, text, classes):
         self._pipeline_text, self._pipeline_classes = text, classes
@@ -145,13 +153,28 @@ class _SketchModel(BaseEstimator):
             self._stats = None
             self._model = Model(self._pipeline.fit(table))
             return
+        if incremental and getattr(self, "_rows", None) is not None:
+            # The fit before was solved in the dual and kept its rows, not statistics:
+            # the statistics of those rows continue it.
+            self._stats = Statistics(self._pipeline.accumulate(self._rows, (0, 1)))
+            self._rows = None
         if incremental and getattr(self, "_stats", None) is not None:
             self._pipeline.add(self._stats._core, table)
-        else:
-            self._set_pipeline(self._text(data, seed_of(self.random_state)), classes)
+            self._model = None
+            return
+        self._set_pipeline(self._text(data, seed_of(self.random_state)), classes)
+        self._rows = None
+        if incremental:
             self._stats = Statistics(self._pipeline.accumulate(table, (0, 1)))
-        self._model = None
-        if not incremental:
+            self._model = None
+            return
+        # With at most D/2 rows the fit solves in the dual and keeps the rows (a
+        # reference to the table), not the D × D statistics.
+        kind, out = self._pipeline.fit_or_accumulate(table)
+        if kind == "model":
+            self._stats, self._rows, self._model = None, table, Model(out)
+        else:
+            self._stats, self._model = Statistics(out), None
             self._ensure_model()
 
     def _fit_files(self, paths, data: dict):
@@ -248,7 +271,7 @@ class SketchRidgeClassifier(ClassifierMixin, _SketchModel):
     def partial_fit(self, X, y, classes=None):
         """Accumulates a chunk (the first call fits the data-dependent parameters on
         it and needs ``classes``, every class of the whole stream)."""
-        first = getattr(self, "_stats", None) is None
+        first = not self._started()
         if first and classes is None:
             # scikit-learn's convention is to require them; taking the first chunk's
             # is as safe, since a later label outside them is refused, never guessed.
@@ -258,7 +281,7 @@ class SketchRidgeClassifier(ClassifierMixin, _SketchModel):
     def _fit(self, X, y, classes, incremental):
         if y is None:
             raise ValueError("requires y to be passed, but the target y is None")
-        table, data = self._features(X, reset=not (incremental and getattr(self, "_stats", None) is not None))
+        table, data = self._features(X, reset=not (incremental and self._started()))
         y = self._labels(y, table.num_rows)
         if classes is not None:
             self.classes_ = np.unique(np.asarray(classes))
@@ -325,7 +348,7 @@ class SketchRidgeRegressor(RegressorMixin, _SketchModel):
     def _fit(self, X, y, incremental):
         if y is None:
             raise ValueError("requires y to be passed, but the target y is None")
-        started = incremental and getattr(self, "_stats", None) is not None
+        started = incremental and self._started()
         table, data = self._features(X, reset=not started)
         y = np.asarray(y.to_numpy(zero_copy_only=False) if isinstance(y, (pa.Array, pa.ChunkedArray)) else y)
         if y.dtype.kind not in "fiub":
@@ -390,7 +413,7 @@ class RFPCA(TransformerMixin, _SketchModel):
         return self._fit(X, incremental=True)
 
     def _fit(self, X, incremental):
-        started = incremental and getattr(self, "_stats", None) is not None
+        started = incremental and self._started()
         table, data = self._features(X, reset=not started)
         if isinstance(self.n_components, numbers.Integral) and not isinstance(self.n_components, bool):
             if self.n_components < 1:

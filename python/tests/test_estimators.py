@@ -106,6 +106,26 @@ def test_partial_fit_equals_fit(digits):
     assert full.shape == (len(Xt), 2)
 
 
+def test_few_rows_train_in_the_dual_and_partial_fit_continues_them(digits):
+    X, y, Xt, _, _, _, _ = digits
+    n = 400  # at most D/2 = 512 rows: the fit keeps them and solves the 400 × 400 kernel
+    few = classifier(alpha=1e-2).fit(X[:n], y[:n])
+    assert few.model_.header["solver"] == "dual"
+    full = classifier(alpha=1e-2).fit(X, y)
+    assert full.model_.header["solver"] == "cholesky"
+    # The kept rows continue like statistics: fit on 400 rows + partial_fit on the rest
+    # is the fit on all rows, before and after pickling.
+    cont = classifier(alpha=1e-2).fit(X[:n], y[:n]).partial_fit(X[n:], y[n:])
+    np.testing.assert_allclose(cont.decision_function(Xt), full.decision_function(Xt), rtol=1e-9, atol=1e-10)
+    again = pickle.loads(pickle.dumps(few))
+    np.testing.assert_array_equal(again.decision_function(Xt), few.decision_function(Xt))
+    again.partial_fit(X[n:], y[n:])
+    np.testing.assert_allclose(again.decision_function(Xt), full.decision_function(Xt), rtol=1e-9, atol=1e-10)
+    # λ by GCV runs in the dual too (its curve equals the primal one: tests/suite/api.rs).
+    gcv = classifier().fit(X[:n], y[:n])
+    assert gcv.model_.header["solver"] == "dual" and gcv.model_.header["gcv"] is not None
+
+
 def test_accuracy_and_sklearn_protocols(digits):
     X, y, Xt, yt, _, _, _ = digits
     est = classifier(pca=256).fit(X, y)
