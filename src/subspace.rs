@@ -151,7 +151,11 @@ pub fn top_eigen(
     // columns already (`Vᵀ C X_last`), so the first projection needs one product less.
     let mut continued = false;
     let mut products = 0;
-    let mut checked = false;
+    // Rayleigh–Ritz first when the basis holds twice the wanted pairs (the easy cases
+    // stop there); after that, where the convergence seen so far says the worst pair
+    // reaches the tolerance, or when the basis is full. Each costs a k × k eigenproblem.
+    let mut next_rr = (2 * e).max(e + b).min(cap);
+    let mut last_rr: Option<(f64, usize)> = None;
     let max_iter = max_iter.max(1);
     loop {
         let x = basis.orthonormal_block(next.as_ref(), continued, &mut rng);
@@ -159,15 +163,11 @@ pub fn top_eigen(
         products += 1;
         basis.push(x.as_ref(), y.as_ref());
         let k = basis.len;
-        // Rayleigh–Ritz once when the basis first holds twice the wanted pairs (the
-        // easy cases stop there), then each time it is full: its cost grows as k³.
-        let first = k >= (2 * e).max(e + b).min(cap) && !checked;
-        if !first && k + b <= cap && k < dim && products < max_iter {
+        if k < next_rr && k + b <= cap && k < dim && products < max_iter {
             next = y;
             continued = true;
             continue;
         }
-        checked = true;
         let ritz = basis.ritz(e)?;
         let floor = 1e-7;
         let last = products >= max_iter || (k == dim && k == cap);
@@ -181,6 +181,17 @@ pub fn top_eigen(
         // the residual directions of the pairs furthest from converged.
         continued = k + b <= cap.min(dim);
         next = if continued { y } else { basis.restart(&ritz, (e + b).min(k), b) };
+        let worst = ritz.estimated_worst.max(f64::MIN_POSITIVE);
+        let blocks = match last_rr {
+            Some((before, at)) if worst < before && products > at => {
+                // The worst residual has fallen by ρ per block: the blocks it still needs.
+                let rate = (worst / before).powf(1.0 / (products - at) as f64);
+                ((tol / worst).ln() / rate.ln()).ceil().max(1.0) as usize
+            }
+            _ => usize::MAX,
+        };
+        next_rr = basis.len.saturating_add(blocks.saturating_mul(b)).min(cap);
+        last_rr = Some((worst, products));
     }
 }
 
