@@ -34,9 +34,11 @@ pub struct RowStats {
 }
 
 impl RowStats {
-    /// No rows yet, for `D` features and `c` targets.
-    pub fn new(dim: usize, c: usize) -> RowStats {
-        RowStats { dim, c, z: Vec::new(), y: Vec::new() }
+    /// No rows yet, for `D` features and `c` targets, with room for `rows` (the rows
+    /// are counted before the pass: growing by doubling would hold up to three times
+    /// their memory while the vector moves).
+    pub fn new(dim: usize, c: usize, rows: usize) -> RowStats {
+        RowStats { dim, c, z: Vec::with_capacity(rows * dim), y: Vec::with_capacity(rows * c) }
     }
 
     /// Rows held.
@@ -269,7 +271,7 @@ mod tests {
         let mut r = crate::rng::StageRng::new(seed, 4);
         let z: Vec<f32> = (0..n * dim).map(|_| (r.normal() * 0.5 + 3.0) as f32).collect();
         let y: Vec<f64> = (0..n * c).map(|_| r.normal()).collect();
-        let mut kept = RowStats::new(dim, c);
+        let mut kept = RowStats::new(dim, c, n);
         kept.add(&z, &y, n).unwrap();
         let mut st = GramStats::new(vec![3.0; dim], c);
         st.add(&z, &y, n, 1).unwrap();
@@ -323,7 +325,7 @@ mod tests {
 
     #[test]
     fn a_non_finite_feature_is_refused_with_its_row() {
-        let mut kept = RowStats::new(3, 1);
+        let mut kept = RowStats::new(3, 1, 0);
         let err = kept.add(&[1.0, 2.0, 3.0, 4.0, f32::NAN, 6.0], &[0.0, 1.0], 2).unwrap_err();
         assert!(err.to_string().contains("row 1"), "{err}");
         assert_eq!(kept.rows(), 0);

@@ -22,7 +22,7 @@ use crate::stats::GramStats;
 use std::collections::BTreeSet;
 
 /// Rows per chunk when the rows are kept (the dual solve).
-pub(crate) const DUAL_CHUNK_ROWS: usize = 256;
+pub(crate) const DUAL_CHUNK_ROWS: usize = 64;
 
 /// Labeled-row mask and targets of a chunk.
 pub(crate) fn targets(
@@ -267,7 +267,8 @@ pub(crate) fn accumulate(
         _ => (State::new(spec, prep), Vec::new()),
     };
     if prep.dual && done.is_empty() && state.pass() == 1 {
-        state = State::Rows(crate::dual::RowStats::new(prep.pipeline.output_dim(), prep.c));
+        let rows = usize::try_from(prep.labeled.total_rows()).unwrap_or(0);
+        state = State::Rows(crate::dual::RowStats::new(prep.pipeline.output_dim(), prep.c, rows));
         if opts.checkpoint.is_some() {
             say("no checkpoint: the rows are kept for the dual solve (the pass is one read of at most D/2 rows)");
         }

@@ -75,28 +75,16 @@ pub(crate) fn solve_state(
                 n = dual.labeled.n
             ));
             let dim = dual.labeled.mean.len();
-            let rows = dual.labeled.n;
             let (ridge, eigenvalues) = match dual.kernel {
                 crate::dual::DualKernel::Solved { weights, bias } => (Ridge::Solved { weights, bias }, Vec::new()),
                 crate::dual::DualKernel::Gcv { form, problem } => {
                     let ev = problem.sigma.clone();
-                    let rows = std::mem::replace(kept, crate::dual::RowStats::new(dim, problem.c));
+                    let rows = std::mem::replace(kept, crate::dual::RowStats::new(dim, problem.c, 0));
                     let ridge = crate::dual::DualRidge { rows, form, problem, threads: spec.threads() };
                     (Ridge::Dual(Box::new(ridge)), ev)
                 }
             };
-            Ok(Solved {
-                ridge,
-                path: SolvePath::Dual,
-                rows,
-                labeled: dual.labeled,
-                projections: Vec::new(),
-                eigenvalues,
-                pcas: None,
-                unlabeled_rows: 0,
-                components: dim,
-                components_requested: dim,
-            })
+            Ok(Solved::on_all_features(ridge, SolvePath::Dual, dual.labeled, eigenvalues))
         }
         State::One { labeled, unlabeled } => {
             if labeled.n < 2 {
@@ -112,19 +100,7 @@ pub(crate) fn solve_state(
             if path != SolvePath::Eigen {
                 let cl = labeled.moments();
                 let (ridge, eigenvalues) = direct_ridge(spec, labeled, path, say)?;
-                let dim = cl.mean.len();
-                return Ok(Solved {
-                    ridge,
-                    path,
-                    rows: cl.n,
-                    labeled: cl,
-                    projections: Vec::new(),
-                    eigenvalues,
-                    pcas: None,
-                    unlabeled_rows: 0,
-                    components: dim,
-                    components_requested: dim,
-                });
+                return Ok(Solved::on_all_features(ridge, path, cl, eigenvalues));
             }
             let (pca, cl, ca, unl) = match unlabeled {
                 Some(u) if u.n > 0 => {

@@ -216,3 +216,27 @@ pub(crate) struct Solved {
     pub(crate) components: usize,
     pub(crate) components_requested: usize,
 }
+
+impl Solved {
+    /// Ridge on all `D` features of the labeled rows (no projection, no unlabeled rows).
+    pub(crate) fn on_all_features(
+        ridge: Ridge,
+        path: SolvePath,
+        labeled: crate::stats::Centered,
+        eigenvalues: Vec<f64>,
+    ) -> Solved {
+        let dim = labeled.mean.len();
+        Solved {
+            ridge,
+            path,
+            rows: labeled.n,
+            labeled,
+            projections: Vec::new(),
+            eigenvalues,
+            pcas: None,
+            unlabeled_rows: 0,
+            components: dim,
+            components_requested: dim,
+        }
+    }
+}
