@@ -78,11 +78,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--dim", type=int, default=4096)
+    ap.add_argument("--only", choices=["digits", "synthetic"], help="run one data set's cases")
     args = ap.parse_args()
     # The digits at D = 1024 (1,347 rows > D/2: statistics) and at D = 4096 and 8192
     # (rows ≤ D/2: the dual path), the synthetic set at D = 4096.
     cases = [("digits", 0, 1024, 1e-3), ("digits", 0, args.dim, 1e-3), ("digits", 0, 2 * args.dim, 1e-3), ("synthetic", 10000 if args.quick else 60000, args.dim, 1e-3)]
-    for name, rows, dim, alpha in cases:
+    for name, rows, dim, alpha in [c for c in cases if args.only in (None, c[0])]:
         ours = run("sketchfit", name, rows, dim, alpha)
         theirs = run("sklearn", name, rows, dim, alpha)
         print(json.dumps({"data": name, "rows": rows or 1347, "D": dim, "sketchfit": ours, "sklearn": theirs}))
