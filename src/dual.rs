@@ -110,6 +110,9 @@ impl RowStats {
         if n < 2 {
             return Err(Error::data(Location::default(), format!("{n} labeled row(s); at least 2 are needed")));
         }
+        if c == 0 {
+            return Err(Error::Internal("a dual solve without targets".into()));
+        }
         let (mean, ymean) = self.means();
         let yc: Vec<f64> = self.y.chunks_exact(c).flat_map(|row| row.iter().zip(&ymean).map(|(v, m)| v - m)).collect();
         // K_c = Σ over feature blocks of B_fᵀ B_f (B_f: the block's centred features,
