@@ -14,7 +14,7 @@ use faer::linalg::matmul::matmul;
 use faer::{Accum, Mat, MatRef, Par};
 
 use crate::error::{Error, Location, Result};
-use crate::solve::{bias_for, GcvCurve, LambdaChoice, RotatedProblem};
+use crate::solve::{bias_for, LambdaChoice, RotatedProblem};
 use crate::stats::{Centered, GramStats, TriGram};
 use crate::tridiag::Tridiagonal;
 
@@ -226,16 +226,6 @@ pub enum DualKernel {
     },
 }
 
-impl DualSolve {
-    /// The GCV curve (none at a fixed λ).
-    pub fn gcv(&self) -> Option<GcvCurve> {
-        match &self.kernel {
-            DualKernel::Gcv { problem, .. } => Some(problem.gcv(self.labeled.n, &self.labeled.cyy)),
-            DualKernel::Solved { .. } => None,
-        }
-    }
-}
-
 /// A dual problem with the rows it folds through: what `Ridge::Dual` holds.
 #[derive(Debug)]
 pub struct DualRidge {
@@ -303,7 +293,8 @@ mod tests {
         let (n, dim, c) = (60, 400, 2);
         let (kept, st) = rows(n, dim, c, 7);
         let dual = kept.solve(&LambdaChoice::Gcv { per_output: true }, 2).unwrap();
-        let got = dual.gcv().unwrap();
+        let DualKernel::Gcv { problem, .. } = &dual.kernel else { panic!("no GCV form") };
+        let got = problem.gcv(dual.labeled.n, &dual.labeled.cyy);
         let cl = st.centered();
         let pca = Pca::fit(&cl, Components::All).unwrap();
         let primal = RotatedProblem::new(&pca, &cl, true, false).unwrap();

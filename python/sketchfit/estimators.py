@@ -102,15 +102,12 @@ class _SketchModel(BaseEstimator):
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        for key in ("_model", "_stats", "_pipeline", "_rows"):
+        for key in ("_model", "_stats", "_pipeline"):
             state.pop(key, None)
         if getattr(self, "_model", None) is not None:
             state["_model_bytes"] = self._model.to_bytes()
         if getattr(self, "_stats", None) is not None:
             state["_stats_bytes"] = self._stats.to_bytes()
-        elif getattr(self, "_rows", None) is not None:
-            # A dual fit's continuation is its rows; pickled as their statistics.
-            state["_stats_bytes"] = self._pipeline.accumulate(self._rows, (0, 1)).to_bytes()
         if getattr(self, "_pipeline", None) is not None:
             state["_pipeline_args"] = (self._pipeline_text, self._pipeline_classes)
         return state

@@ -34,8 +34,7 @@ impl Checkpointer<'_> {
             pass: state.pass(),
             done: done.to_vec(),
         };
-        state.writable()?;
-        let blocks = state.blocks();
+        let blocks = state.blocks()?;
         let named: Vec<(&str, &GramStats)> = blocks.iter().map(|(n, s)| (n.as_str(), *s)).collect();
         stats_to_file(self.path, &named, serde_json::to_value(&meta).unwrap_or_default())
     }

@@ -21,9 +21,6 @@ use crate::source::{Chunk, Dataset, ResolvedFeatures, Unit};
 use crate::stats::GramStats;
 use std::collections::BTreeSet;
 
-/// Rows per chunk when the rows are kept (the dual solve).
-pub(crate) const DUAL_CHUNK_ROWS: usize = 64;
-
 /// Labeled-row mask and targets of a chunk.
 pub(crate) fn targets(
     prep: &Prepared,
@@ -101,13 +98,7 @@ pub(crate) fn run_pass(
     // Time the other candidates' maps take on the folding thread (reported apart).
     let mut alt_map = 0.0;
     let gemm_before = crate::stats::gemm_seconds();
-    // Kept rows are copied out of each chunk: small chunks keep the two mapped buffers
-    // small beside them.
-    let chunk = if matches!(state, State::Rows(_)) {
-        chunk_rows_for(spec, dim).min(DUAL_CHUNK_ROWS)
-    } else {
-        chunk_rows_for(spec, dim)
-    };
+    let chunk = chunk_rows_for(spec, dim, matches!(state, State::Rows(_)));
     let times = crate::pipeline::stream::stream_mapped(&units, chunk, &map, &mut |item| {
         let (wi, ch, z, (mask, y)) = match item {
             Mapped::Chunk { tag, chunk, features, extra } => (tag, chunk, features, extra),
@@ -132,15 +123,7 @@ pub(crate) fn run_pass(
         let unit = prep.work[wi].unit;
         let fold = Folding { spec, file: unit.file, row_group: unit.row_group, threads, gram };
         match state {
-            State::One { .. } | State::Folds { .. } => fold.one_pass(state, z, dim, &mask, &y, &ch)?,
-            State::Rows(kept) => {
-                if all_labeled {
-                    kept.add(z, &y, ch.rows).map_err(data_err(&ch))?;
-                } else {
-                    let zl = select_rows(z, dim, &mask, true);
-                    kept.add(&zl, &y, zl.len() / dim).map_err(data_err(&ch))?;
-                }
-            }
+            State::One { .. } | State::Folds { .. } | State::Rows(_) => fold.one_pass(state, z, dim, &mask, &y, &ch)?,
             State::Candidates { states } => {
                 for (i, inner) in states.iter_mut().enumerate() {
                     if i == 0 {
@@ -220,6 +203,14 @@ impl Folding<'_> {
                         .as_mut()
                         .ok_or_else(|| Error::Internal("unlabeled rows without unlabeled statistics".into()))?;
                     u.add_with(&zu, &[], zu.len() / dim, threads, gram).map_err(data_err(ch))?;
+                }
+            }
+            State::Rows(kept) => {
+                if mask.iter().all(|&m| m) {
+                    kept.add(z, y, ch.rows).map_err(data_err(ch))?;
+                } else {
+                    let zl = select_rows(z, dim, mask, true);
+                    kept.add(&zl, y, zl.len() / dim).map_err(data_err(ch))?;
                 }
             }
             State::Folds { folds } => {

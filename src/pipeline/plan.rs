@@ -354,11 +354,11 @@ pub(crate) fn stage_ranges(pipeline: &FeaturePipeline) -> Vec<std::ops::Range<us
 }
 
 pub(crate) fn check_memory(spec: &PipelineSpec, prep: &Prepared, say: &mut dyn FnMut(&str)) -> Result<()> {
-    let (d, dim, c) = (prep.labeled.dim(), prep.pipeline.output_dim(), prep.c);
-    let chunk = chunk_rows_for(spec, dim);
     if prep.dual {
         return check_dual_memory(spec, prep, say);
     }
+    let (d, dim, c) = (prep.labeled.dim(), prep.pipeline.output_dim(), prep.c);
+    let chunk = chunk_rows_for(spec, dim, false);
     let (stats, solve_dim, path) = if spec.passes == 2 {
         let ranges = stage_ranges(&prep.pipeline);
         let e: usize = ranges
@@ -434,7 +434,7 @@ fn check_dual_memory(spec: &PipelineSpec, prep: &Prepared, say: &mut dyn FnMut(&
     let rows = RowStats::bytes_for(n, dim, c);
     let gcv = matches!(spec.lambda()?, LambdaChoice::Gcv { .. });
     let solve = RowStats::solve_bytes(n, c, gcv);
-    let chunk = chunk_rows_for(spec, dim).min(crate::pipeline::pass::DUAL_CHUNK_ROWS);
+    let chunk = chunk_rows_for(spec, dim, true);
     let buffers = (4 * chunk * (d * 4 + 2 * dim)) as u64;
     let needed = rows + solve + buffers;
     say(&format!(
@@ -458,10 +458,16 @@ fn check_dual_memory(spec: &PipelineSpec, prep: &Prepared, say: &mut dyn FnMut(&
 
 /// Rows per chunk in the pass: `run.chunk_rows`, lowered so that one chunk's features
 /// stay within 128 MiB (two are alive at once): at large D the chunk buffers would
-/// otherwise rival the Gram.
-pub(crate) fn chunk_rows_for(spec: &PipelineSpec, dim: usize) -> usize {
+/// otherwise rival the Gram. A run that keeps its rows copies each chunk out: 64-row
+/// chunks keep the mapped buffers small beside the rows.
+pub(crate) fn chunk_rows_for(spec: &PipelineSpec, dim: usize, keeps_rows: bool) -> usize {
     let cap = (128usize << 20) / (4 * dim.max(1));
-    spec.run.chunk_rows.min(cap.max(256)).max(1)
+    let rows = spec.run.chunk_rows.min(cap.max(256)).max(1);
+    if keeps_rows {
+        rows.min(64)
+    } else {
+        rows
+    }
 }
 
 /// Options of a training run beyond the pipeline file.

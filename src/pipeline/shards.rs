@@ -204,7 +204,7 @@ pub struct Statistics {
 impl Statistics {
     /// Rows accumulated (labeled and unlabeled; pass one's for a two-pass part one).
     pub fn rows(&self) -> u64 {
-        self.state.blocks().first().map_or(0, |(_, s)| s.n)
+        self.state.blocks().ok().and_then(|b| b.first().map(|(_, s)| s.n)).unwrap_or(0)
     }
     /// `(shard, shards)`.
     pub fn shard(&self) -> (usize, usize) {
@@ -212,14 +212,12 @@ impl Statistics {
     }
     /// The part file's bytes (read back before they are returned).
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
-        self.state.writable()?;
-        let blocks = self.state.blocks();
+        let blocks = self.state.blocks()?;
         stats_to_bytes(&self.part_blocks(&blocks), serde_json::to_value(&self.meta).unwrap_or_default())
     }
     /// Writes the part file (streamed: no copy of the statistics in memory).
     fn write(&self, path: &Path) -> Result<()> {
-        self.state.writable()?;
-        let blocks = self.state.blocks();
+        let blocks = self.state.blocks()?;
         crate::stats::stats_to_file(
             path,
             &self.part_blocks(&blocks),
@@ -437,7 +435,7 @@ pub(crate) fn solve_loaded(
     let (mut state, pcas) = match (spec.passes, first.pass) {
         (2, 1) => {
             let meta = PartMeta { kind: "pass1".into(), shard: 0, shards: 1, units: Vec::new(), ..first.clone() };
-            let blocks = state.blocks();
+            let blocks = state.blocks()?;
             let named: Vec<(&str, &GramStats)> = blocks.iter().map(|(n, s)| (n.as_str(), *s)).collect();
             let out = out.ok_or_else(|| {
                 Error::config(&spec.source, "parts", "pass-one parts merge into a file: give an output path")

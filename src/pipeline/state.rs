@@ -75,11 +75,13 @@ impl State {
         }
     }
 
-    /// Named blocks for a statistics file (kept rows have none: a run that keeps rows
-    /// writes no statistics, see [`State::writable`]).
-    pub(crate) fn blocks(&self) -> Vec<(String, &GramStats)> {
-        match self {
-            State::Rows(_) => Vec::new(),
+    /// Named blocks for a statistics file. Kept rows are not statistics: a run that keeps
+    /// them writes no file, and asking for their blocks is an internal error.
+    pub(crate) fn blocks(&self) -> crate::error::Result<Vec<(String, &GramStats)>> {
+        Ok(match self {
+            State::Rows(_) => {
+                return Err(crate::error::Error::Internal("kept rows reached a statistics writer".into()))
+            }
             State::One { labeled, unlabeled } => {
                 let mut v = vec![("labeled".to_string(), labeled)];
                 if let Some(u) = unlabeled {
@@ -88,11 +90,13 @@ impl State {
                 v
             }
             State::Folds { folds } => folds.iter().enumerate().map(|(i, s)| (format!("fold{i}"), s)).collect(),
-            State::Candidates { states } => states
-                .iter()
-                .enumerate()
-                .flat_map(|(i, s)| s.blocks().into_iter().map(move |(n, b)| (format!("candidate{i}.{n}"), b)))
-                .collect(),
+            State::Candidates { states } => {
+                let mut v = Vec::new();
+                for (i, s) in states.iter().enumerate() {
+                    v.extend(s.blocks()?.into_iter().map(|(n, b)| (format!("candidate{i}.{n}"), b)));
+                }
+                v
+            }
             State::Two { pass1, pass2 } => {
                 let mut v: Vec<(String, &GramStats)> =
                     pass1.iter().enumerate().map(|(i, s)| (format!("pass1.stage{i}"), s)).collect();
@@ -101,15 +105,7 @@ impl State {
                 }
                 v
             }
-        }
-    }
-
-    /// Refuses to write kept rows as if they were statistics.
-    pub(crate) fn writable(&self) -> crate::error::Result<()> {
-        match self {
-            State::Rows(_) => Err(crate::error::Error::Internal("kept rows reached a statistics writer".into())),
-            _ => Ok(()),
-        }
+        })
     }
 
     pub(crate) fn from_blocks(passes: u32, mut blocks: Vec<(String, GramStats)>) -> std::result::Result<State, String> {
