@@ -434,6 +434,29 @@ mod tests {
     }
 
     #[test]
+    fn non_finite_sums_are_never_written_and_refused_when_read() {
+        let (z, y) = data(20, 8, 1);
+        let mut st = GramStats::new(vec![0.0; 8], 1);
+        st.add(&z, &y, 20, 1).unwrap();
+        st.s[3] = f64::INFINITY;
+        let err = stats_to_bytes(&[("labeled", &st)], serde_json::json!({})).unwrap_err();
+        assert!(err.to_string().contains("'labeled.s' are not finite"), "{err}");
+        // A file sealed around a NaN (its checksum is valid) is refused on reading.
+        st.s[3] = f64::NAN;
+        let arrays = [("labeled", &st)]
+            .iter()
+            .flat_map(|(n, s)| {
+                [("shift", &s.shift[..]), ("s", &s.s), ("gram", s.gram.raw()), ("t", &s.t), ("u", &s.u), ("v", &s.v)]
+                    .map(|(k, d)| crate::container::Array::f64(format!("{n}.{k}"), vec![d.len()], d))
+            })
+            .collect();
+        let bytes =
+            crate::container::encode(&stats_header(&[("labeled", &st)], serde_json::json!({})), arrays).unwrap();
+        let err = stats_from_bytes(&bytes).unwrap_err();
+        assert!(err.to_string().contains("labeled.s") && err.to_string().contains("non-finite"), "{err}");
+    }
+
+    #[test]
     fn statistics_of_other_shapes_are_refused_not_merged() {
         let mut a = GramStats::new(vec![0.0; 4], 2);
         let b = GramStats::new(vec![0.0; 5], 2);
@@ -564,7 +587,7 @@ struct BlockHeader {
 /// Serialises named statistics and a JSON `meta` value (read back before returning).
 pub fn stats_to_bytes(blocks: &[(&str, &GramStats)], meta: serde_json::Value) -> Result<Vec<u8>> {
     use crate::container::Array;
-    let arrays = stats_arrays(blocks).into_iter().map(|a| Array::f64(a.name, a.shape, a.data)).collect::<Vec<Array>>();
+    let arrays = stats_arrays(blocks)?.into_iter().map(|a| Array::f64(a.name, a.shape, a.data)).collect::<Vec<Array>>();
     crate::container::encode(&stats_header(blocks, meta), arrays)
 }
 
@@ -572,10 +595,12 @@ pub fn stats_to_bytes(blocks: &[(&str, &GramStats)], meta: serde_json::Value) ->
 /// the statistics, a block at a time: no copy of the Gram is made, and the file is read
 /// back the same way before it is renamed into place.
 pub fn stats_to_file(path: &std::path::Path, blocks: &[(&str, &GramStats)], meta: serde_json::Value) -> Result<()> {
-    crate::container::write_f64(path, &stats_header(blocks, meta), stats_arrays(blocks))
+    crate::container::write_f64(path, &stats_header(blocks, meta), stats_arrays(blocks)?)
 }
 
-fn stats_arrays<'a>(blocks: &[(&str, &'a GramStats)]) -> Vec<crate::container::F64Array<'a>> {
+/// The arrays of a statistics file; a non-finite sum (the features overflowed them) is
+/// refused before anything is written.
+fn stats_arrays<'a>(blocks: &[(&str, &'a GramStats)]) -> Result<Vec<crate::container::F64Array<'a>>> {
     use crate::container::F64Array;
     let mut arrays = Vec::new();
     for (name, st) in blocks {
@@ -589,7 +614,13 @@ fn stats_arrays<'a>(blocks: &[(&str, &'a GramStats)]) -> Vec<crate::container::F
         arrays.push(array("u", vec![c], &st.u));
         arrays.push(array("v", vec![c], &st.v));
     }
-    arrays
+    if let Some(a) = arrays.iter().find(|a| a.data.iter().any(|v| !v.is_finite())) {
+        return Err(Error::Numerical(format!(
+            "the statistics' sums '{}' are not finite (features too large for the sums); normalise the rows or scale the inputs",
+            a.name
+        )));
+    }
+    Ok(arrays)
 }
 
 fn stats_header(blocks: &[(&str, &GramStats)], meta: serde_json::Value) -> StatsHeader {
@@ -631,6 +662,15 @@ fn stats_blocks(
     mut get: impl FnMut(&str, usize) -> std::result::Result<Vec<f64>, ContainerError>,
 ) -> std::result::Result<(Vec<(String, GramStats)>, serde_json::Value), ContainerError> {
     let mut out = Vec::new();
+    // Checksums prove the bytes are the ones written, not that the numbers are usable: a
+    // non-finite sum would reach the solve.
+    let mut get = |name: &str, len: usize| {
+        let v = get(name, len)?;
+        if v.iter().any(|x| !x.is_finite()) {
+            return Err(ContainerError::Inconsistent(format!("array '{name}' holds a non-finite value")));
+        }
+        Ok(v)
+    };
     for b in &header.blocks {
         let (dim, c) = (b.dim, b.c);
         let gram = TriGram::from_raw(dim, get(&format!("{}.gram", b.name), TriGram::len_for(dim))?)
