@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, TransformerMixin
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
+from sklearn.utils.validation import assert_all_finite, check_is_fitted, column_or_1d, validate_data
 
 from . import _core
 from ._inputs import arrow_table, expand_paths, features_table, is_arrow, is_paths, label_array, table_for, with_columns
@@ -253,6 +253,9 @@ class SketchRidgeClassifier(ClassifierMixin, _SketchModel):
         y = column_or_1d(np.asarray(y) if not isinstance(y, (pa.Array, pa.ChunkedArray)) else y.to_numpy(zero_copy_only=False), warn=True)
         if len(y) != n:
             raise ValueError(f"X has {n} rows but y has {len(y)} labels")
+        # Refuse NaN and ±∞ first: type_of_target would cast them to int64 and warn.
+        if y.dtype.kind == "f":
+            assert_all_finite(y, input_name="y")
         check_classification_targets(y)
         return y
 
