@@ -313,19 +313,22 @@ impl Model {
         }
     }
 
-    /// The decision values (row-major `rows × outputs`) of the rows of record batches
-    /// holding the model's feature columns, checked as `predict` checks a file; with
-    /// `pca`, the PCA features (`rows × ΣE`) instead. Returns the values and the rows.
+    /// The decision values of the rows of record batches holding the model's feature
+    /// columns, checked as `predict` checks a file: a classifier's per class
+    /// ([`Model::class_scores`]), a regression's per target; with `pca`, the PCA
+    /// features (`rows × ΣE`) instead. Returns the values (row-major) and the rows.
     pub fn score_batches(&self, batches: &[RecordBatch], pca: bool) -> Result<(Vec<f64>, usize)> {
         score_rows(self, Rows::Batches(batches), pca, all_cores())
     }
 
-    /// The decision values `f(x)` (row-major `rows × outputs`) of row-major features
-    /// `x` (`rows × d`, columns in the model's feature order).
+    /// The decision values of row-major features `x` (`rows × d`, columns in the
+    /// model's feature order), row-major: per class for a classifier (one column for
+    /// binary one-vs-all, else one per class, ECOC included: [`Model::class_scores`]),
+    /// per target for a regression.
     pub fn decision_function(&self, x: &[f32]) -> Result<Vec<f64>> {
         let rows = self.rows_of(x)?;
         let mut z = Vec::new();
-        Ok(self.scores(x, rows, &mut z, all_cores()))
+        Ok(self.class_scores(&self.scores(x, rows, &mut z, all_cores())))
     }
 
     /// The predicted class index of every row of row-major features `x` (see
@@ -334,7 +337,7 @@ impl Model {
         if self.header.classes.is_none() {
             return Err(self.refuse("a regression model has no classes; use decision_function"));
         }
-        Ok(self.classify(&self.decision_function(x)?))
+        Ok(self.output_code().classify_scores(&self.decision_function(x)?))
     }
 
     fn rows_of(&self, x: &[f32]) -> Result<usize> {

@@ -95,8 +95,9 @@ impl OutputCode {
     pub fn random(classes: usize, length: usize, seed: u64) -> Result<OutputCode, CodeError> {
         // Columns up to sign that are not constant: 2^(c−1) − 1.
         let max = if classes >= 64 { u64::MAX } else { (1u64 << (classes - 1)).saturating_sub(1) };
-        if classes < 3 || length == 0 || length as u64 > max {
-            return Err(CodeError::TooLong { length, classes, max: if classes < 3 { 0 } else { max } });
+        // Two classes have one useful column, [1, −1] (the sign of one-vs-all's output).
+        if classes < 2 || length == 0 || length as u64 > max {
+            return Err(CodeError::TooLong { length, classes, max: if classes < 2 { 0 } else { max } });
         }
         let mut rng = StageRng::new(seed, u64::MAX - 7);
         let mut best: Option<(usize, Vec<i8>)> = None;
@@ -136,7 +137,8 @@ impl OutputCode {
     }
 
     /// A code given as rows of ±1 (one per class, in class order), checked like a drawn
-    /// one: equal lengths, entries ±1, distinct rows, no constant column.
+    /// one: equal lengths, entries ±1, distinct rows, no constant column, and no column
+    /// equal to another or to its negation (it would only repeat that output).
     pub fn from_rows(rows: &[Vec<i8>]) -> Result<OutputCode, CodeError> {
         let classes = rows.len();
         let length = rows.first().map_or(0, Vec::len);
@@ -155,6 +157,16 @@ impl OutputCode {
         }
         if !distinct_rows(&m, length) {
             return Err(CodeError::Malformed("two classes have the same row: they could not be told apart".into()));
+        }
+        let columns: Vec<Vec<i8>> = (0..length).map(|l| (0..classes).map(|k| m[k * length + l]).collect()).collect();
+        for (l, col) in columns.iter().enumerate().skip(1) {
+            let negated = |a: &Vec<i8>| a.iter().zip(col).all(|(x, y)| *x == -*y);
+            if let Some(j) = columns[..l].iter().position(|a| a == col || negated(a)) {
+                let how = if &columns[j] == col { "equal to" } else { "the negation of" };
+                return Err(CodeError::Malformed(format!(
+                    "column {l} is {how} column {j}: it repeats that output and adds nothing to tell classes apart"
+                )));
+            }
         }
         Ok(OutputCode::Matrix { classes, length, m })
     }
@@ -208,6 +220,45 @@ impl OutputCode {
                     }))
                 })
                 .collect(),
+        }
+    }
+
+    /// How many per-class score columns [`OutputCode::class_scores`] gives: one for
+    /// binary one-vs-all (the score of the second class), else one per class.
+    pub fn score_columns(&self) -> usize {
+        match self {
+            OutputCode::OneVsAll { classes: 2 } => 1,
+            OutputCode::OneVsAll { classes } | OutputCode::Matrix { classes, .. } => *classes,
+        }
+    }
+
+    /// Per-class scores of rows of output scores (`rows × outputs` →
+    /// `rows × score_columns()`). One-vs-all's are the outputs themselves. A code's are
+    /// each class's mean agreement with the outputs, `s_k = (1/L) Σ_l M_kl f_l`: since
+    /// `‖f − m_k‖² = ‖f‖² + L − 2L·s_k`, their argmax is the nearest code row, so the
+    /// prediction is always the argmax of these scores (math.md §13.9).
+    pub fn class_scores(&self, scores: &[f64]) -> Vec<f64> {
+        match self {
+            OutputCode::OneVsAll { .. } => scores.to_vec(),
+            OutputCode::Matrix { classes, length, m } => scores
+                .chunks_exact(*length)
+                .flat_map(|f| {
+                    (0..*classes).map(move |k| {
+                        let agree: f64 =
+                            m[k * length..(k + 1) * length].iter().zip(f).map(|(&a, &b)| f64::from(a) * b).sum();
+                        agree / *length as f64
+                    })
+                })
+                .collect(),
+        }
+    }
+
+    /// The class of every row of per-class scores ([`OutputCode::class_scores`]): the
+    /// sign for binary one-vs-all, else the argmax (ties to the lowest class).
+    pub fn classify_scores(&self, class_scores: &[f64]) -> Vec<usize> {
+        match self.score_columns() {
+            1 => class_scores.iter().map(|&s| usize::from(s > 0.0)).collect(),
+            k => class_scores.chunks_exact(k).map(|s| argmax(s.iter().copied())).collect(),
         }
     }
 
@@ -274,7 +325,11 @@ mod tests {
         // 4 classes have 2^3 − 1 = 7 useful columns; 3 classes 3.
         assert!(OutputCode::random(4, 7, 1).is_ok());
         assert!(matches!(OutputCode::random(4, 8, 1), Err(CodeError::TooLong { max: 7, .. })));
-        assert!(matches!(OutputCode::random(2, 1, 1), Err(CodeError::TooLong { .. })));
+        // 2 classes have 2^1 − 1 = 1: the column [1, −1] up to sign (the README's limit).
+        let two = OutputCode::random(2, 1, 1).unwrap().rows().unwrap();
+        assert!(two == vec![vec![1], vec![-1]] || two == vec![vec![-1], vec![1]], "{two:?}");
+        assert!(matches!(OutputCode::random(2, 2, 1), Err(CodeError::TooLong { max: 1, .. })));
+        assert!(matches!(OutputCode::random(1, 1, 1), Err(CodeError::TooLong { max: 0, .. })));
         // Many classes: one draw, rows checked distinct by sorting.
         let big = OutputCode::random(10_000, 200, 1).unwrap();
         assert_eq!((big.classes(), big.outputs()), (10_000, 200));
@@ -319,6 +374,8 @@ mod tests {
             ("1 -1\n1 1\n", "column 0 is constant"),
             ("1 2\n-1 1\n", "'2' is not 1 or -1"),
             ("1 -1\n1\n", "row 1 has 1 entries"),
+            ("1 1 -1\n-1 -1 1\n1 1 1\n", "column 1 is equal to column 0"),
+            ("1 -1 1\n-1 1 1\n1 -1 -1\n", "column 1 is the negation of column 0"),
         ] {
             let e = OutputCode::parse(text).unwrap_err().to_string();
             assert!(e.contains(needle), "{text:?}: {e}");

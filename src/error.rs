@@ -162,6 +162,22 @@ impl Error {
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io { path: path.into(), source }
     }
+    /// A configuration error raised below the pipeline (where the file is not known,
+    /// named `"pipeline"` there) placed in the pipeline file `file`, and, for a kernel
+    /// candidate, with the candidate named. Any other error is returned as it is.
+    pub fn in_pipeline(self, file: &str, candidate: Option<&str>) -> Self {
+        match self {
+            Error::Config { file: f, key, message } if f == "pipeline" => Error::Config {
+                file: file.to_string(),
+                key,
+                message: match candidate {
+                    Some(c) => format!("{message} (for the candidate {c})"),
+                    None => message,
+                },
+            },
+            other => other,
+        }
+    }
     /// True when the fault is in what the user gave (exit code 2).
     pub fn is_user_error(&self) -> bool {
         matches!(

@@ -2,8 +2,8 @@
 //!
 //! Rows stream out of Parquet files or Arrow batches ([`source`]) in chunks, pass through
 //! random-feature maps ([`sketch`]) and fold into f64 sufficient statistics ([`stats`]).
-//! RF-PCA and closed-form ridge regression ([`solve`], [`chol`], [`tridiag`],
-//! [`subspace`]) work on those statistics alone, so memory never grows with the number
+//! RF-PCA and closed-form ridge regression ([`solve`]: Cholesky, tridiagonal, block Krylov, dual,
+//! coordinate descent) work on those statistics alone, so memory never grows with the number
 //! of rows. [`pipeline`] drives the passes; [`model`] holds what prediction needs and
 //! saves it in the one checksummed [`container`]. The math of every stage is in
 //! `design/math.md`.
@@ -43,20 +43,14 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod api;
-mod band;
-pub mod chol;
 pub mod codes;
 pub mod container;
-pub mod dual;
 pub mod error;
-pub mod lasso;
 pub mod rng;
 pub mod sketch;
 pub mod solve;
 pub mod source;
 pub mod stats;
-pub mod subspace;
-pub mod tridiag;
 pub mod trigram;
 
 pub use api::{Lambda, Pipeline};

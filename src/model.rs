@@ -10,7 +10,6 @@ use serde::{Deserialize, Serialize};
 use crate::codes::OutputCode;
 use crate::container::{ContainerError, Dtype};
 use crate::error::{Error, Result};
-use crate::pipeline::spec::Task;
 use crate::sketch::{FeaturePipeline, ParamArray, ParamData, Stage, StageSpec};
 use crate::solve::GcvCurve;
 use crate::source::{Classes, ResolvedFeatures};
@@ -19,7 +18,33 @@ use crate::source::{Classes, ResolvedFeatures};
 pub const FORMAT_VERSION: u32 = 2;
 /// Version 1 checksummed the arrays only; it is still read.
 const OLDEST_READ: u32 = 1;
-const FORMAT_NAME: &str = "sketchfit-model";
+pub(crate) const FORMAT_NAME: &str = "sketchfit-model";
+
+/// Classification or regression.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Task {
+    /// One-vs-all ±1 targets from a label column.
+    #[default]
+    Classification,
+    /// One or more real target columns.
+    Regression,
+}
+
+/// Each candidate's score, as the model keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CandidateTable {
+    /// `stages.N.key`.
+    pub key: String,
+    /// The values tried.
+    pub values: Vec<serde_json::Value>,
+    /// The held-out metric of each candidate at its best λ.
+    pub score: Vec<f64>,
+    /// That λ.
+    pub lambda: Vec<f64>,
+    /// The index of the chosen candidate.
+    pub chosen: usize,
+}
 
 /// The JSON header of a model file.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -53,7 +78,7 @@ pub struct ModelHeader {
     /// PCA components asked for.
     pub components_requested: usize,
     /// λ per output.
-    #[serde(with = "json_f64::vec")]
+    #[serde(with = "crate::container::json_f64::vec")]
     pub lambdas: Vec<f64>,
     /// GCV curve.
     pub gcv: Option<GcvCurve>,
@@ -87,7 +112,7 @@ pub struct ModelHeader {
     pub sparse: Option<SparseTable>,
     /// Every kernel candidate's held-out score (`stages.N.candidates`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub candidates: Option<crate::pipeline::candidates::CandidateTable>,
+    pub candidates: Option<CandidateTable>,
 }
 
 fn one() -> u32 {
@@ -102,16 +127,16 @@ pub struct ValidationTable {
     /// Rows scored.
     pub rows: u64,
     /// The λ grid.
-    #[serde(with = "json_f64::vec")]
+    #[serde(with = "crate::container::json_f64::vec")]
     pub grid: Vec<f64>,
     /// Shared score per λ (accuracy, or the mean RMSE over outputs).
-    #[serde(with = "json_f64::vec")]
+    #[serde(with = "crate::container::json_f64::vec")]
     pub score: Vec<f64>,
     /// RMSE of each output's scores per λ (`grid × c`).
-    #[serde(with = "json_f64::vec2")]
+    #[serde(with = "crate::container::json_f64::vec2")]
     pub rmse_per_output: Vec<Vec<f64>>,
     /// The chosen λ per output.
-    #[serde(with = "json_f64::vec")]
+    #[serde(with = "crate::container::json_f64::vec")]
     pub chosen: Vec<f64>,
     /// Rows of the final solve when the model was refitted at the chosen λ on the
     /// training and validation rows together (`ridge.refit`); absent otherwise.
@@ -134,10 +159,10 @@ pub struct SparseTable {
     /// `λ₂`.
     pub l2: f64,
     /// λ₁ per point (one point when λ₁ was fixed).
-    #[serde(with = "json_f64::vec")]
+    #[serde(with = "crate::container::json_f64::vec")]
     pub path: Vec<f64>,
     /// The largest duality gap over outputs, relative to `c_yy`, per point.
-    #[serde(with = "json_f64::vec")]
+    #[serde(with = "crate::container::json_f64::vec")]
     pub gap: Vec<f64>,
     /// Basis coefficients nonzero in some output, per point.
     pub nonzeros: Vec<usize>,
@@ -148,7 +173,7 @@ pub struct SparseTable {
     /// `accuracy` or `rmse` when λ₁ was chosen on validation files.
     pub metric: Option<String>,
     /// The validation score per point.
-    #[serde(with = "json_f64::vec")]
+    #[serde(with = "crate::container::json_f64::vec")]
     pub score: Vec<f64>,
     /// Validation rows scored.
     pub validation_rows: u64,
@@ -266,6 +291,16 @@ impl Model {
     /// index; binary: the second class iff `f > 0`).
     pub fn classify(&self, scores: &[f64]) -> Vec<usize> {
         self.output_code().decode(scores)
+    }
+
+    /// Per-class scores of output scores (`rows × outputs` → `rows × k`, `k` = 1 for a
+    /// binary one-vs-all model, else the class count): see
+    /// [`OutputCode::class_scores`]. Regression scores are returned as they are.
+    pub fn class_scores(&self, scores: &[f64]) -> Vec<f64> {
+        match self.header.classes {
+            Some(_) => self.output_code().class_scores(scores),
+            None => scores.to_vec(),
+        }
     }
 
     /// How the model's classes map to its outputs (one-vs-all unless it stores a code).
@@ -412,51 +447,6 @@ impl Model {
     }
 }
 
-/// Builds a header (used by training).
-impl ModelHeader {
-    /// The header of a model trained by `spec` on `features`, with its fitted `stages`,
-    /// `dim` features and `outputs` outputs; the solve fills in what it settles
-    /// (components, λ, selection tables, rows, solver, code).
-    pub(crate) fn new(
-        spec: &crate::pipeline::spec::PipelineSpec,
-        classes: Option<Classes>,
-        features: ResolvedFeatures,
-        stages: Vec<StageSpec>,
-        dim: usize,
-        outputs: usize,
-    ) -> ModelHeader {
-        ModelHeader {
-            format: FORMAT_NAME.into(),
-            version: FORMAT_VERSION,
-            written_by: env!("CARGO_PKG_VERSION").into(),
-            task: spec.task,
-            classes,
-            label: spec.data.label.clone(),
-            targets: spec.data.targets.clone(),
-            features,
-            stages,
-            seed: spec.run.seed,
-            dim,
-            outputs,
-            components: dim,
-            components_requested: dim,
-            lambdas: Vec::new(),
-            gcv: None,
-            rows: 0,
-            pipeline: serde_json::to_value(spec).unwrap_or(serde_json::Value::Null),
-            checksum: String::new(),
-            passes: spec.passes,
-            unlabeled_rows: 0,
-            validation: None,
-            projections: Vec::new(),
-            solver: None,
-            code: None,
-            sparse: None,
-            candidates: None,
-        }
-    }
-}
-
 impl crate::container::Header for ModelHeader {
     const WHAT: &'static str = "model";
     const FORMAT: &'static str = FORMAT_NAME;
@@ -472,102 +462,6 @@ impl crate::container::Header for ModelHeader {
     }
     fn checksum_mut(&mut self) -> &mut String {
         &mut self.checksum
-    }
-}
-
-/// JSON for f64 fields that may hold NaN or ±∞ (GCV at λ where df ≥ n, scores that
-/// overflow): JSON has no such numbers and serde_json would write `null`, which does not
-/// read back. These write `"NaN"`, `"inf"`, `"-inf"` and read those, numbers, and the
-/// `null` of older files (as NaN).
-pub(crate) mod json_f64 {
-    use serde::de::{self, Visitor};
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
-    /// One number that may be non-finite.
-    #[derive(Debug, Clone, Copy)]
-    pub struct Num(pub f64);
-
-    impl Serialize for Num {
-        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            match self.0 {
-                v if v.is_finite() => s.serialize_f64(v),
-                v if v.is_nan() => s.serialize_str("NaN"),
-                v if v > 0.0 => s.serialize_str("inf"),
-                _ => s.serialize_str("-inf"),
-            }
-        }
-    }
-
-    impl<'de> Deserialize<'de> for Num {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Num, D::Error> {
-            struct V;
-            impl Visitor<'_> for V {
-                type Value = Num;
-                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                    f.write_str("a number, \"NaN\", \"inf\" or \"-inf\"")
-                }
-                fn visit_f64<E: de::Error>(self, v: f64) -> Result<Num, E> {
-                    Ok(Num(v))
-                }
-                fn visit_i64<E: de::Error>(self, v: i64) -> Result<Num, E> {
-                    Ok(Num(v as f64))
-                }
-                fn visit_u64<E: de::Error>(self, v: u64) -> Result<Num, E> {
-                    Ok(Num(v as f64))
-                }
-                fn visit_unit<E: de::Error>(self) -> Result<Num, E> {
-                    Ok(Num(f64::NAN))
-                }
-                fn visit_str<E: de::Error>(self, v: &str) -> Result<Num, E> {
-                    match v {
-                        "NaN" => Ok(Num(f64::NAN)),
-                        "inf" => Ok(Num(f64::INFINITY)),
-                        "-inf" => Ok(Num(f64::NEG_INFINITY)),
-                        other => Err(E::custom(format!("'{other}' is not a number"))),
-                    }
-                }
-            }
-            d.deserialize_any(V)
-        }
-    }
-
-    /// `Vec<f64>`.
-    pub mod vec {
-        use super::*;
-        /// Serialises.
-        pub fn serialize<S: Serializer>(v: &[f64], s: S) -> Result<S::Ok, S::Error> {
-            s.collect_seq(v.iter().map(|&x| Num(x)))
-        }
-        /// Deserialises.
-        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
-            Ok(Vec::<Num>::deserialize(d)?.into_iter().map(|n| n.0).collect())
-        }
-    }
-
-    /// `Vec<Vec<f64>>`.
-    pub mod vec2 {
-        use super::*;
-        /// Serialises.
-        pub fn serialize<S: Serializer>(v: &[Vec<f64>], s: S) -> Result<S::Ok, S::Error> {
-            s.collect_seq(v.iter().map(|r| r.iter().map(|&x| Num(x)).collect::<Vec<_>>()))
-        }
-        /// Deserialises.
-        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Vec<f64>>, D::Error> {
-            Ok(Vec::<Vec<Num>>::deserialize(d)?.into_iter().map(|r| r.into_iter().map(|n| n.0).collect()).collect())
-        }
-    }
-
-    /// `f64`.
-    pub mod one {
-        use super::*;
-        /// Serialises.
-        pub fn serialize<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
-            Num(*v).serialize(s)
-        }
-        /// Deserialises.
-        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-            Ok(Num::deserialize(d)?.0)
-        }
     }
 }
 

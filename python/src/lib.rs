@@ -263,14 +263,16 @@ impl PyModel {
         serde_json::to_string(&self.inner.header).map_err(|e| PyRuntimeError::new_err(e.to_string()))
     }
 
-    /// Class indices of row-major decision values (the model's own rule: argmax of
-    /// one-vs-all, the sign for two classes, nearest code word for ECOC).
+    /// Class indices of row-major per-class decision values, as `scores` returns them
+    /// (the sign for two classes one-vs-all, else the argmax; for ECOC the argmax of the
+    /// class scores is the nearest code word).
     fn classify(&self, scores: Vec<f64>) -> PyResult<Vec<usize>> {
-        let c = self.inner.header.outputs;
-        if self.inner.header.classes.is_none() || c == 0 || !scores.len().is_multiple_of(c) {
+        let code = self.inner.output_code();
+        let k = code.score_columns();
+        if self.inner.header.classes.is_none() || !scores.len().is_multiple_of(k) {
             return Err(PyValueError::new_err("not the scores of a classifier"));
         }
-        Ok(self.inner.classify(&scores))
+        Ok(code.classify_scores(&scores))
     }
 
     /// `(bytes of f64, rows, columns)`: decision values, or with `pca` the PCA features.

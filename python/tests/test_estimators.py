@@ -225,3 +225,16 @@ def test_k_fold_selection_from_python(digits):
     assert est.score(Xt, yt) > 0.97
     with pytest.raises(ValueError, match="partial_fit cannot"):
         est.partial_fit(X[:10], y[:10])
+
+
+def test_ecoc_decision_function_is_one_column_per_class_and_predict_is_its_argmax(digits):
+    X, y, Xt, _, _, _, _ = digits
+    for codes in ["ecoc", "one_vs_all"]:
+        est = sf.SketchRidgeClassifier(stages=[TS], alpha=1e-3, codes=codes, random_state=7).fit(X, y)
+        scores = est.decision_function(Xt)
+        assert scores.shape == (len(Xt), len(est.classes_)), (codes, scores.shape)
+        np.testing.assert_array_equal(est.classes_[np.argmax(scores, axis=1)], est.predict(Xt))
+    # Binary one-vs-all keeps scikit-learn's one column (the second class's score).
+    two = y < 5
+    est = sf.SketchRidgeClassifier(stages=[TS], alpha=1e-3, random_state=7).fit(X, two)
+    assert est.decision_function(Xt).shape == (len(Xt),)

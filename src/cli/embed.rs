@@ -49,6 +49,22 @@ pub fn run(a: Args) -> Result<()> {
     if a.lsh == Some(0) || a.lsh.is_some_and(|k| k > 64) {
         return Err(Error::config("command line", "--lsh", "the number of hashes must be from 1 to 64"));
     }
+    if let Some(w) = a.lsh_width {
+        if a.lsh.is_none() {
+            return Err(Error::config(
+                "command line",
+                "--lsh-width",
+                "is the width of the --lsh buckets: give --lsh too",
+            ));
+        }
+        if !(w.is_finite() && w > 0.0) {
+            return Err(Error::config(
+                "command line",
+                "--lsh-width",
+                format!("must be a positive number, got {w} (leave it out for the median distance between embeddings)"),
+            ));
+        }
+    }
     let (mut groups, _) = embed_groups(
         &a.input,
         s.cols,

@@ -5,69 +5,12 @@
 //! (`data.validation` or `ridge.cv`) like a pipeline of its own, and the model is the
 //! best candidate's, with every candidate's score in its header.
 
-use serde::{Deserialize, Serialize};
-
 use crate::error::{Error, Result};
+pub use crate::model::CandidateTable;
 use crate::model::Model;
+pub use crate::pipeline::candidate_spec::CandidateSpec;
 use crate::pipeline::spec::PipelineSpec;
 use crate::sketch::StageSpec;
-
-/// `stages.N.candidates`: one key of one stage and the values tried.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CandidateSpec {
-    /// The stage.
-    pub stage: usize,
-    /// The stage key varied (`sigma`, `beta`, `gamma`, `offset`, `degree`, …).
-    pub key: String,
-    /// The values, in the order given.
-    pub values: Vec<serde_json::Value>,
-}
-
-/// Each candidate's score, as the model keeps it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CandidateTable {
-    /// `stages.N.key`.
-    pub key: String,
-    /// The values tried.
-    pub values: Vec<serde_json::Value>,
-    /// The held-out metric of each candidate at its best λ.
-    pub score: Vec<f64>,
-    /// That λ.
-    pub lambda: Vec<f64>,
-    /// The index of the chosen candidate.
-    pub chosen: usize,
-}
-
-/// Takes `candidates` out of stage `i`'s table (the family parses the rest).
-pub(crate) fn take_candidates(t: &mut toml::Table, file: &str, i: usize) -> Result<Option<CandidateSpec>> {
-    let Some(v) = t.remove("candidates") else { return Ok(None) };
-    let at = format!("stages[{i}].candidates");
-    let toml::Value::Table(c) = v else {
-        return Err(Error::config(
-            file,
-            at,
-            "must be a table of one key and its values, e.g. { sigma = [0.5, 1.0, 2.0] }",
-        ));
-    };
-    let mut it = c.into_iter();
-    let (Some((key, values)), None) = (it.next(), it.next()) else {
-        return Err(Error::config(file, at, "vary one key at a time, e.g. { sigma = [0.5, 1.0, 2.0] }"));
-    };
-    let toml::Value::Array(values) = values else {
-        return Err(Error::config(file, format!("{at}.{key}"), "must be a list of values"));
-    };
-    if !(2..=16).contains(&values.len()) {
-        return Err(Error::config(file, format!("{at}.{key}"), format!("give 2 to 16 values, got {}", values.len())));
-    }
-    if key == "kind" || key == "candidates" {
-        return Err(Error::config(file, format!("{at}.{key}"), "the family itself is not a candidate key"));
-    }
-    let values = values
-        .into_iter()
-        .map(|v| serde_json::to_value(v).map_err(|e| Error::config(file, format!("{at}.{key}"), e.to_string())))
-        .collect::<Result<Vec<_>>>()?;
-    Ok(Some(CandidateSpec { stage: i, key, values }))
-}
 
 impl PipelineSpec {
     /// The pipelines the candidates stand for, each without candidates.
@@ -104,6 +47,16 @@ impl PipelineSpec {
         }
         if self.passes != 1 {
             return refuse("candidates need passes = 1");
+        }
+        // Each candidate is scored at its own best λ of the grid; a fixed λ scores none.
+        if matches!(self.lambda()?, crate::solve::LambdaChoice::Fixed(_)) {
+            return Err(Error::config(
+                &self.source,
+                "ridge.lambda",
+                format!(
+                    "{at} are scored at each one's best λ on held-out rows: leave ridge.lambda = \"gcv\" (the default)"
+                ),
+            ));
         }
         if self.solver.kind != crate::pipeline::spec::SolverKind::Ridge {
             return refuse("candidates are for ridge");

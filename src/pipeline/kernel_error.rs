@@ -39,6 +39,10 @@ pub struct StageError {
     /// error the projection adds is `nrms_mean − before_down`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub before_down: Option<f64>,
+    /// On a sweep point: the dimension the sweep asked for, when the fitted map came out
+    /// at another (`dim` is always what was measured).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requested: Option<usize>,
 }
 
 /// The report of `kernel-error`.
@@ -111,6 +115,7 @@ fn measure(spec: &StageSpec, index: usize, sample: &Sample, seeds: usize, base_s
         max_abs,
         us_per_row: secs / seeds as f64 / n as f64 * 1e6,
         before_down: None,
+        requested: None,
     })
 }
 
@@ -148,24 +153,38 @@ pub fn kernel_error(
         if down.is_some() {
             e.before_down = Some(measure(&st.with_down(None, 0), i, &smp, seeds, spec.run.seed)?.nrms_mean);
         }
-        stages.push(e);
         if sweep {
             // With a down-projection the sweep varies its dimension, the stage's own map
-            // fixed; otherwise the stage's dimension.
+            // fixed; otherwise the stage's dimension. The last point is the stage itself.
             let full = if down.is_some() { Some(down_dim) } else { st.dim() };
             if let Some(full) = full {
-                for j in (0..=4).rev() {
+                let own = e.dim;
+                let mut points: Vec<StageError> = Vec::new();
+                for j in (1..=4).rev() {
                     let dim = (full >> j).max(2);
                     // A smaller dimension can clear fitted sizes (the HD sketch's blocks):
                     // fit again, so every sweep point measures the map it names.
                     let s = if down.is_some() { st.with_down(down, dim) } else { st.with_dim(dim) };
                     let s = s.fit(&x, d, spec.run.seed, i)?;
-                    if s.validate("kernel-error", "stage").is_ok() {
-                        curve.push(measure(&s, i, &smp, seeds, spec.run.seed)?);
+                    if s.validate("kernel-error", "stage").is_err() {
+                        continue;
+                    }
+                    let mut p = measure(&s, i, &smp, seeds, spec.run.seed)?;
+                    // A family with a floor (the HD sketch's degree-1 block has d + 1
+                    // features) can come out larger than asked: keep the point under
+                    // the size it has, and only while it is a smaller map than the next.
+                    if p.dim != dim {
+                        p.requested = Some(dim);
+                    }
+                    if p.dim < own && points.last().is_none_or(|q| q.dim < p.dim) {
+                        points.push(p);
                     }
                 }
+                points.push(e.clone());
+                curve.extend(points);
             }
         }
+        stages.push(e);
     }
     Ok(KernelErrorReport { rows: n, seeds, stages, sweep: curve })
 }
@@ -194,6 +213,14 @@ impl KernelErrorReport {
                     "       without its down-projection: NRMS {b:.4e}; the projection adds {:.4e}",
                     e.nrms_mean - b
                 );
+            }
+        }
+        let resized: Vec<&StageError> = self.sweep.iter().filter(|e| e.requested.is_some()).collect();
+        if !resized.is_empty() {
+            s += "sweep points measured at another dimension than asked (the family's fitted minimum):\n";
+            for e in resized {
+                let _ =
+                    writeln!(s, "  stage {} asked D = {}, measured D = {}", e.stage, e.requested.unwrap_or(0), e.dim);
             }
         }
         s

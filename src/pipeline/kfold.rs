@@ -7,9 +7,9 @@
 //! held-out metric, and the model is refitted on all rows at that λ.
 
 use crate::codes::OutputCode;
-use crate::error::{Error, Result};
+use crate::error::{Error, Location, Result};
 use crate::model::ValidationTable;
-use crate::pipeline::solve_step::direct_ridge;
+use crate::pipeline::ridge_step::direct_ridge;
 use crate::pipeline::spec::{LambdaValue, PipelineSpec};
 use crate::pipeline::state::State;
 use crate::pipeline::stream::{check_nonnegative, lambda_text};
@@ -135,7 +135,7 @@ pub(crate) fn cross_validate(
         models.push((w, b));
     }
     say(&format!("ridge: {k} fold models over {} λ in {:.1} s", grid.len(), start.elapsed().as_secs_f64()));
-    let scores = score_folds(spec, pipeline, classes, data, &models, c)?;
+    let scores = score_folds(spec, pipeline, classes, data, &models, folds)?;
     let metric = spec.metric();
     let score = scores.score(metric);
     let rmse = scores.rmse();
@@ -163,19 +163,25 @@ pub(crate) fn cross_validate(
     Ok((table, lambda))
 }
 
-/// Every training row scored by its own fold's models, in one stream.
+/// Every training row scored by its own fold's models, in one stream. The stream also
+/// re-derives each fold's row count, `Σ(z−μ)` and `Σy` and checks them against the fold
+/// statistics: a `solve` of k-fold parts streams `data.train` once more, and files
+/// replaced, shuffled or edited since `accumulate` would otherwise score rows with fold
+/// models that trained on them, with nothing to show for it.
 fn score_folds(
     spec: &PipelineSpec,
     pipeline: &FeaturePipeline,
     classes: Option<(&Classes, &OutputCode)>,
     data: &Dataset,
     models: &[(ndarray::Array2<f64>, Vec<f64>)],
-    c: usize,
+    folds: &[GramStats],
 ) -> Result<SetScores> {
     let k = models.len();
+    let c = folds.first().map_or(0, |f| f.c);
     let n_sets = models.first().map_or(0, |m| m.1.len() / c.max(1));
     let dim = pipeline.output_dim();
     let threads = spec.threads();
+    let mut seen = FoldCheck::new(folds, dim, c, spec.run.gram);
     let mut out = SetScores::new(n_sets, c);
     let mut z = Vec::new();
     for unit in data.units() {
@@ -192,6 +198,7 @@ fn score_folds(
                 }
                 let zf =
                     ndarray::Array2::from_shape_fn((members.len(), dim), |(i, j)| f64::from(z[members[i] * dim + j]));
+                seen.add(f, &members, &z, &y);
                 let f_all = zf.dot(w);
                 let yf: Vec<f64> = members.iter().flat_map(|&r| y[r * c..(r + 1) * c].iter().copied()).collect();
                 let tf: Vec<u32> = members.iter().filter_map(|&r| truth.get(r).copied()).collect();
@@ -209,5 +216,88 @@ fn score_folds(
             Ok(())
         })?;
     }
+    seen.verify(folds, data)?;
     Ok(out)
+}
+
+/// What the scoring stream saw of each fold, to check against the fold statistics.
+struct FoldCheck {
+    n: Vec<u64>,
+    /// `Σ(z−μ)` and `Σ|z−μ|` (the rounding scale) per fold, `k × D` each.
+    s: Vec<f64>,
+    scale: Vec<f64>,
+    /// `Σy` and `Σ|y|` per fold, `k × c` each.
+    u: Vec<f64>,
+    uscale: Vec<f64>,
+    shift: Vec<f64>,
+    dim: usize,
+    c: usize,
+    /// With the f32 Gram the pass sums `z − μ` rounded to f32: sum the same values.
+    f32_sums: bool,
+}
+
+impl FoldCheck {
+    fn new(folds: &[GramStats], dim: usize, c: usize, gram: crate::stats::Precision) -> FoldCheck {
+        let k = folds.len();
+        FoldCheck {
+            n: vec![0; k],
+            s: vec![0.0; k * dim],
+            scale: vec![0.0; k * dim],
+            u: vec![0.0; k * c],
+            uscale: vec![0.0; k * c],
+            shift: folds.first().map_or_else(|| vec![0.0; dim], |f| f.shift.clone()),
+            dim,
+            c,
+            f32_sums: gram == crate::stats::Precision::F32,
+        }
+    }
+
+    fn add(&mut self, fold: usize, members: &[usize], z: &[f32], y: &[f64]) {
+        let (dim, c) = (self.dim, self.c);
+        self.n[fold] += members.len() as u64;
+        for &r in members {
+            for j in 0..dim {
+                let mut v = f64::from(z[r * dim + j]) - self.shift[j];
+                if self.f32_sums {
+                    v = f64::from(v as f32);
+                }
+                self.s[fold * dim + j] += v;
+                self.scale[fold * dim + j] += v.abs();
+            }
+            for j in 0..c {
+                self.u[fold * c + j] += y[r * c + j];
+                self.uscale[fold * c + j] += y[r * c + j].abs();
+            }
+        }
+    }
+
+    /// Row counts exactly; sums to 1e-8 of their absolute sums (the two sides add the
+    /// same values in other orders and blocks, so they differ by about `n·2⁻⁵³` of it).
+    fn verify(&self, folds: &[GramStats], data: &Dataset) -> Result<()> {
+        let (dim, c) = (self.dim, self.c);
+        let differs = |a: f64, b: f64, scale: f64| (a - b).abs() > 1e-8 * scale.max(1.0);
+        for (f, st) in folds.iter().enumerate() {
+            let what = if self.n[f] != st.n {
+                Some(format!("fold {f} has {} rows in these files, {} in the statistics", self.n[f], st.n))
+            } else if (0..dim).any(|j| differs(self.s[f * dim + j], st.s[j], self.scale[f * dim + j])) {
+                Some(format!("fold {f}'s rows map to other features than the statistics hold"))
+            } else if (0..c).any(|j| differs(self.u[f * c + j], st.u[j], self.uscale[f * c + j])) {
+                Some(format!("fold {f}'s labels or targets differ from the statistics'"))
+            } else {
+                None
+            };
+            if let Some(what) = what {
+                let at = data.files.first().map_or_else(|| Location::file("data.train"), |f| f.location());
+                return Err(Error::data(
+                    at,
+                    format!(
+                        "the training files are not the rows the fold statistics were accumulated from: {what} \
+                         (a file replaced, shuffled or edited since accumulate?); k-fold scoring must stream the \
+                         same rows: accumulate the parts again from these files"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
 }

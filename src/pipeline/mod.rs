@@ -7,8 +7,10 @@
 //! `accumulate` and `solve` across processes. [`predict`], [`kernel_error`] and
 //! [`mmd`] are the other commands' drivers.
 
+mod candidate_spec;
 pub mod candidates;
 mod checkpoint;
+mod header;
 mod incremental;
 pub mod kernel_error;
 pub mod kfold;
@@ -18,6 +20,7 @@ mod paths;
 mod plan;
 pub mod predict;
 mod projection;
+mod ridge_step;
 pub mod run;
 mod shards;
 mod solve_step;

@@ -248,6 +248,17 @@ pub(crate) fn accumulate(
     let (mut state, mut done) = match (&opts.checkpoint, opts.resume) {
         (Some(path), true) if path.exists() => {
             let (s, d) = load_checkpoint(path, &prep.fingerprint)?;
+            // The dual keeps rows and never checkpoints, so a checkpoint holds
+            // statistics: refuse before the pass, not after it.
+            if prep.dual && !matches!(s, State::Rows(_)) {
+                return Err(Error::BadModel {
+                    path: path.clone(),
+                    message: "this checkpoint holds statistics (ZᵀZ), not the kept rows the dual solve needs \
+                              (ridge.solver = \"dual\", or auto with at most D/2 rows); resume with \
+                              ridge.solver = \"cholesky\" or \"tridiagonal\", or start afresh without --resume"
+                        .into(),
+                });
+            }
             say(&format!("resuming from {} (pass {}, {} row groups done)", path.display(), s.pass(), d.len()));
             (s, d)
         }
@@ -257,12 +268,8 @@ pub(crate) fn accumulate(
         }
         _ => (State::new(spec, prep), Vec::new()),
     };
-    if prep.dual && done.is_empty() && state.pass() == 1 {
-        let rows = usize::try_from(prep.labeled.total_rows()).unwrap_or(0);
-        state = State::Rows(crate::dual::RowStats::new(prep.pipeline.output_dim(), prep.c, rows));
-        if opts.checkpoint.is_some() {
-            say("no checkpoint: the rows are kept for the dual solve (the pass is one read of at most D/2 rows)");
-        }
+    if matches!(state, State::Rows(_)) && opts.checkpoint.is_some() {
+        say("no checkpoint: the rows are kept for the dual solve (the pass is one read of at most D/2 rows)");
     }
     let keeps_rows = matches!(state, State::Rows(_));
     let mut ckpt = opts.checkpoint.as_deref().filter(|_| !keeps_rows).map(|path| Checkpointer {

@@ -26,7 +26,7 @@ pub(crate) fn memory_limit(spec: &PipelineSpec) -> Option<u64> {
 pub(crate) fn solve_bytes(path: SolvePath, dim: usize, c: usize) -> u64 {
     match path {
         SolvePath::Cholesky => 8 * (crate::stats::TriGram::len_for(dim) + 2 * dim * c) as u64,
-        SolvePath::Tridiagonal => crate::tridiag::bytes_for(dim, c),
+        SolvePath::Tridiagonal => crate::solve::tridiag::bytes_for(dim, c),
         SolvePath::Eigen | SolvePath::Auto => 3 * 8 * (dim * dim) as u64,
         // The dual's memory depends on the rows: `RowStats::solve_bytes`.
         SolvePath::Dual => 0,

@@ -122,21 +122,13 @@ pub fn prepare_inputs(
     let unlabeled = match unlabeled {
         None => None,
         Some(u) => {
-            if u.dim() != d || u.features.columns != labeled.features.columns {
-                return Err(Error::data(
-                    u.files[0].location(),
-                    format!(
-                        "the unlabeled files have {} features, the training files {d}: the feature columns must match",
-                        u.dim()
-                    ),
-                ));
-            }
+            same_features(&labeled, &u, "unlabeled")?;
             Some(u)
         }
     };
-    for files in [&spec.data.test, &spec.data.validation] {
+    for (files, what) in [(&spec.data.test, "test"), (&spec.data.validation, "validation")] {
         if !files.is_empty() {
-            Dataset::open(files, ColumnsFor::labeled(spec))?;
+            same_features(&labeled, &Dataset::open(files, ColumnsFor::labeled(spec))?, what)?;
         }
     }
     let classes = match spec.task {
@@ -174,8 +166,19 @@ pub fn prepare_inputs(
     // With candidates, the prepared map is the first candidate's; the others follow it.
     let mut candidates = spec.candidate_specs()?.into_iter();
     let first = candidates.next().ok_or_else(|| Error::Internal("no candidate pipelines".into()))?;
-    let stages: Vec<StageSpec> =
-        first.stages.iter().enumerate().map(|(i, s)| s.fit(&sample, d, spec.run.seed, i)).collect::<Result<_>>()?;
+    // Stage errors found only with the data (a down_dim at or above the map's width)
+    // name the pipeline file and, with candidates, the candidate.
+    let candidate = |j: usize| {
+        spec.candidates.as_ref().and_then(|c| c.values.get(j).map(|v| format!("stages.{}.{} = {v}", c.stage, c.key)))
+    };
+    let place = |j: usize| move |e: Error| e.in_pipeline(&spec.source, candidate(j).as_deref());
+    let stages: Vec<StageSpec> = first
+        .stages
+        .iter()
+        .enumerate()
+        .map(|(i, s)| s.fit(&sample, d, spec.run.seed, i))
+        .collect::<Result<_>>()
+        .map_err(place(0))?;
     for (i, st) in stages.iter().enumerate() {
         let t = match st {
             StageSpec::GaussianSketch(g) => g.truncation,
@@ -188,7 +191,7 @@ pub fn prepare_inputs(
             ));
         }
     }
-    let pipeline = FeaturePipeline::build(&stages, d, spec.run.seed)?;
+    let pipeline = FeaturePipeline::build(&stages, d, spec.run.seed).map_err(place(0))?;
     let threads = spec.threads();
     let shift = match spec.run.shift {
         ShiftMode::Zero => vec![0.0; pipeline.output_dim()],
@@ -198,12 +201,17 @@ pub fn prepare_inputs(
     // checkpoint or a shard must match: a glob that gains a file cannot resume.
     let files: Vec<String> =
         labeled.identity().into_iter().chain(unlabeled.iter().flat_map(Dataset::identity)).collect();
-    let fingerprint = spec.fingerprint(&stages, spec.run.shift, &files);
+    let fingerprint = spec.fingerprint(&stages, spec.run.shift, &files, code.as_ref());
     let mut alternatives = Vec::new();
-    for alt in candidates {
-        let stages: Vec<StageSpec> =
-            alt.stages.iter().enumerate().map(|(i, s)| s.fit(&sample, d, spec.run.seed, i)).collect::<Result<_>>()?;
-        let pipeline = FeaturePipeline::build(&stages, d, spec.run.seed)?;
+    for (j, alt) in candidates.enumerate() {
+        let stages: Vec<StageSpec> = alt
+            .stages
+            .iter()
+            .enumerate()
+            .map(|(i, s)| s.fit(&sample, d, spec.run.seed, i))
+            .collect::<Result<_>>()
+            .map_err(place(j + 1))?;
+        let pipeline = FeaturePipeline::build(&stages, d, spec.run.seed).map_err(place(j + 1))?;
         let shift = match spec.run.shift {
             ShiftMode::Zero => vec![0.0; pipeline.output_dim()],
             ShiftMode::Sample => sample_mean(&pipeline, &sample, threads),
@@ -284,6 +292,37 @@ pub(crate) fn output_code(spec: &PipelineSpec, classes: usize) -> Result<OutputC
         (Codes::Ecoc, None) => OutputCode::random(classes, spec.ridge.code_length, spec.run.seed)
             .map_err(|e| Error::config(f, "ridge.code_length", e.to_string())),
     }
+}
+
+/// Every input a run reads beside the training files (unlabeled, test, validation)
+/// must give the training files' feature columns in their order: the column globs are
+/// resolved on each input's own first file, so they can match another set. Names the
+/// first column that differs.
+fn same_features(train: &Dataset, other: &Dataset, what: &str) -> Result<()> {
+    let (t, o) = (&train.features, &other.features);
+    if t.columns == o.columns && t.dim == o.dim {
+        return Ok(());
+    }
+    let at = other.files[0].location();
+    let message = if let Some(missing) = t.columns.iter().find(|c| !o.columns.contains(c)) {
+        format!(
+            "the {what} files have no feature column '{missing}' that the training files have ({} features here, {} there): give every {what} file the training files' feature columns",
+            o.dim, t.dim
+        )
+    } else if let Some(extra) = o.columns.iter().find(|c| !t.columns.contains(c)) {
+        format!(
+            "the {what} files have a feature column '{extra}' that the training files lack ({} features here, {} there): the feature columns must match",
+            o.dim, t.dim
+        )
+    } else if t.columns == o.columns {
+        format!(
+            "the {what} files' feature list has {} values per row, the training files' {}: the feature columns must match",
+            o.dim, t.dim
+        )
+    } else {
+        format!("the {what} files have the training files' feature columns in another order: the order must match")
+    };
+    Err(Error::data(at, message))
 }
 
 /// Column sets for the other labeled inputs (test, validation).
@@ -428,7 +467,7 @@ pub(crate) fn check_memory(spec: &PipelineSpec, prep: &Prepared, say: &mut dyn F
 
 /// [`check_memory`] for a run that keeps its rows (the dual solve).
 fn check_dual_memory(spec: &PipelineSpec, prep: &Prepared, say: &mut dyn FnMut(&str)) -> Result<()> {
-    use crate::dual::RowStats;
+    use crate::solve::dual::RowStats;
     let (d, dim, c) = (prep.labeled.dim(), prep.pipeline.output_dim(), prep.c);
     let n = prep.labeled.total_rows();
     let rows = RowStats::bytes_for(n, dim, c);

@@ -262,8 +262,10 @@ pub fn predict_rows(model: &Model, rows: Rows<'_>, opts: &PredictOptions) -> Res
     Ok(out)
 }
 
-/// Decision values (or, with `pca`, PCA features) of every row, row-major, and the row
-/// count: what the library's bindings return as one array.
+/// Decision values of every row, row-major, and the row count: what the library's
+/// bindings return as one array. A classifier's are per class
+/// ([`Model::class_scores`]: one column for binary one-vs-all, else one per class, ECOC
+/// included); with `pca`, the PCA features instead.
 pub fn score_rows(model: &Model, rows: Rows<'_>, pca: bool, threads: usize) -> Result<(Vec<f64>, usize)> {
     if pca && model.header.projections.is_empty() {
         return Err(
@@ -279,7 +281,7 @@ pub fn score_rows(model: &Model, rows: Rows<'_>, pca: bool, threads: usize) -> R
         let v = if pca {
             model.transform(&ch.x, ch.rows, &mut z, threads)
         } else {
-            model.scores(&ch.x, ch.rows, &mut z, threads)
+            model.class_scores(&model.scores(&ch.x, ch.rows, &mut z, threads))
         };
         out.extend_from_slice(&v);
         n += ch.rows;
@@ -288,11 +290,13 @@ pub fn score_rows(model: &Model, rows: Rows<'_>, pca: bool, threads: usize) -> R
     Ok((out, n))
 }
 
+/// One column per class (binary one-vs-all: the second class's), whatever the code.
 fn score_names(model: &Model, opts: &PredictOptions) -> Vec<String> {
-    let c = model.header.outputs;
     match (&model.header.classes, opts.scores) {
-        (Some(cl), true) if c == 1 => vec![format!("score_{}", cl.name(1))],
-        (Some(cl), true) => (0..c).map(|k| format!("score_{}", cl.name(k))).collect(),
+        (Some(cl), true) => match model.output_code().score_columns() {
+            1 => vec![format!("score_{}", cl.name(1))],
+            k => (0..k).map(|j| format!("score_{}", cl.name(j))).collect(),
+        },
         _ => Vec::new(),
     }
 }
@@ -345,8 +349,13 @@ fn predict_stream(
                     Classes::Int(v) => Arc::new(Int64Array::from_iter_values(idx.iter().map(|&k| v[k]))),
                     Classes::Str(v) => Arc::new(StringArray::from_iter_values(idx.iter().map(|&k| v[k].as_str()))),
                 });
-                for k in 0..scored {
-                    cols.push(Arc::new(Float64Array::from_iter_values((0..ch.rows).map(|r| scores[r * c + k]))));
+                if scored > 0 {
+                    let per_class = model.class_scores(&scores);
+                    for k in 0..scored {
+                        cols.push(Arc::new(Float64Array::from_iter_values(
+                            (0..ch.rows).map(|r| per_class[r * scored + k]),
+                        )));
+                    }
                 }
             }
             None => {

@@ -382,6 +382,14 @@ pub(crate) fn solve_loaded(
         if m.fingerprint != first.fingerprint {
             return Err(bad(format!("written by a different pipeline, data or seed than {}", loaded[0].0.display())));
         }
+        // The fingerprint covers a code file's rows since this release; the codes
+        // themselves are compared too, so parts written before it cannot mix codes.
+        if m.code != first.code {
+            return Err(bad(format!(
+                "built with another output code than {} (was ridge.code_file edited between the shards?); accumulate every shard with one code",
+                loaded[0].0.display()
+            )));
+        }
         if m.pass != first.pass {
             return Err(bad(format!("a pass-{} part among pass-{} parts", m.pass, first.pass)));
         }

@@ -9,13 +9,13 @@ use std::ops::Range;
 
 use crate::codes::OutputCode;
 use crate::error::{Error, Result};
-use crate::lasso::{self, Penalty, Problem};
 use crate::model::{Model, ModelHeader, Projection, ProjectionInfo, SparseTable};
-use crate::pipeline::solve_step::solve_state;
+use crate::pipeline::ridge_step::solve_state;
 use crate::pipeline::spec::{PipelineSpec, SolverKind, SolverSpec};
 use crate::pipeline::state::State;
 use crate::pipeline::validation::{best_index, refit_state, score_sets, Space};
 use crate::sketch::{FeaturePipeline, StageSpec};
+use crate::solve::cd::{self as lasso, Penalty, Problem};
 use crate::solve::Components;
 use crate::solve::{bias_for, Ridge, RotatedProblem};
 use crate::source::{Classes, ResolvedFeatures};
@@ -418,7 +418,7 @@ fn model(
         solver: Some(format!("{} ({} basis)", table.kind, table.basis)),
         code: code.as_ref().and_then(OutputCode::rows),
         sparse: Some(table),
-        ..ModelHeader::new(spec, classes, features, stages, dim, c)
+        ..crate::pipeline::header::model_header(spec, classes, features, stages, dim, c)
     };
     Ok(Model {
         header,

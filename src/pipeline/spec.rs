@@ -7,20 +7,10 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+pub use crate::model::Task;
 use crate::sketch::StageSpec;
 use crate::solve::{Components, LambdaChoice, SolvePath};
 use crate::source::{ColumnSpec, FeatureColumns};
-
-/// Classification or regression.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Task {
-    /// One-vs-all ±1 targets from a label column.
-    #[default]
-    Classification,
-    /// One or more real target columns.
-    Regression,
-}
 
 /// `[data]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -412,7 +402,7 @@ pub struct PipelineSpec {
     pub run: RunSpec,
     /// Kernel parameters tried in one pass (`stages.N.candidates`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub candidates: Option<crate::pipeline::candidates::CandidateSpec>,
+    pub candidates: Option<crate::pipeline::candidate_spec::CandidateSpec>,
 }
 
 impl PipelineSpec {
@@ -580,7 +570,17 @@ impl PipelineSpec {
 
     /// A fingerprint of everything that decides the statistics (data columns, fitted
     /// stages, seed, passes, shift): shards and checkpoints must agree on it.
-    pub fn fingerprint(&self, fitted: &[StageSpec], shift_mode: ShiftMode, files: &[String]) -> String {
+    ///
+    /// A code file enters by its rows (`code`, as the plan read it), not its path: an
+    /// edit between two shards or between a kill and `--resume` changes the targets the
+    /// statistics hold, so it must change the fingerprint.
+    pub fn fingerprint(
+        &self,
+        fitted: &[StageSpec],
+        shift_mode: ShiftMode,
+        files: &[String],
+        code: Option<&crate::codes::OutputCode>,
+    ) -> String {
         let mut v = serde_json::json!({
             "files": files,
             "task": self.task, "passes": self.passes, "features": self.data.features,
@@ -596,6 +596,13 @@ impl PipelineSpec {
         }
         if let (Some(c), Some(o)) = (&self.candidates, v.as_object_mut()) {
             o.insert("candidates".into(), serde_json::to_value(c).unwrap_or_default());
+        }
+        // Drawn codes follow from the seed, length and classes already in the keys.
+        if let (Some(_), Some(o)) = (&self.ridge.code_file, v.as_object_mut()) {
+            o.insert(
+                "code".into(),
+                serde_json::to_value(code.and_then(crate::codes::OutputCode::rows)).unwrap_or_default(),
+            );
         }
         crate::stats::checksum([v.to_string().as_bytes()])
     }

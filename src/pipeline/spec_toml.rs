@@ -101,7 +101,7 @@ impl PipelineSpec {
                 .enumerate()
                 .map(|(i, v)| match v {
                     toml::Value::Table(mut t) => {
-                        if let Some(c) = crate::pipeline::candidates::take_candidates(&mut t, file, i)? {
+                        if let Some(c) = crate::pipeline::candidate_spec::take_candidates(&mut t, file, i)? {
                             if candidates.replace(c).is_some() {
                                 return Err(Error::config(
                                     file,

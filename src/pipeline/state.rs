@@ -33,7 +33,7 @@ pub enum State {
     },
     /// One pass keeping the mapped rows themselves for the dual solve (at most `D/2`
     /// labeled rows; never written to a file: `paths::takes_dual`).
-    Rows(crate::dual::RowStats),
+    Rows(crate::solve::dual::RowStats),
     /// Two passes: per-stage statistics over all rows, then the projected statistics.
     Two {
         /// Pass one, one per stage.
@@ -48,6 +48,13 @@ impl State {
         if spec.candidates.is_some() {
             let shifts = std::iter::once(&prep.shift).chain(prep.alternatives.iter().map(|a| &a.shift));
             return State::Candidates { states: shifts.map(|s| State::one_pass(spec, s, prep.c, prep.semi)).collect() };
+        }
+        // The dual keeps the mapped rows instead of the Gram: never allocate the D × D
+        // statistics it does not use (at D = 2^20 they are 4 TiB, which the plan, having
+        // planned the rows, did not refuse).
+        if prep.dual {
+            let rows = usize::try_from(prep.labeled.total_rows()).unwrap_or(0);
+            return State::Rows(crate::solve::dual::RowStats::new(prep.pipeline.output_dim(), prep.c, rows));
         }
         if spec.passes == 1 {
             return State::one_pass(spec, &prep.shift, prep.c, prep.semi);

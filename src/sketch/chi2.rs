@@ -4,7 +4,8 @@
 //! (`exp_chi2.rs` builds exp-χ² on the direct series). All series arithmetic is f64;
 //! outputs are f32.
 
-use super::family::{chi2_terms, defaults, fail, family_spec, no_fitting, weight, Checked, Family, Sample};
+use super::family::{Family, Sample};
+use super::keys::{chi2_terms, defaults, fail, family_spec, no_fitting, weight, Checked};
 use super::params::{PResult, ParamArray, Params};
 use super::{FeatureMap, Kernel, Sketch};
 use crate::rng::StageRng;

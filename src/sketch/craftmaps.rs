@@ -6,8 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::down::DownKind;
-use super::family::{defaults, dim, eta, fail, family_spec, no_fitting, poly, weight, Checked, Family};
+use super::family::Family;
+use super::keys::{defaults, dim, eta, fail, family_spec, no_fitting, poly, weight, Checked, DownKind};
 use super::maclaurin::{dot_kernel, DotKernel, DotKind, RandomMaclaurin};
 use super::params::{PResult, ParamArray, Params};
 use super::tensor::{PolyKernel, TensorSketch};

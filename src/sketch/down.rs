@@ -4,24 +4,11 @@
 //! still estimates the stage's kernel, with the down-projection's variance added
 //! (`kernel-error` reports how much).
 
-use serde::{Deserialize, Serialize};
-
-use super::family::KeyError;
 use super::hadamard::{next_pow2, GaussianProjection, Srht};
+use super::keys::{DownKind, KeyError};
 use super::params::{PResult, ParamArray, Params};
 use super::{FeatureMap, Sketch};
 use crate::rng::StageRng;
-
-/// An oblivious linear down-projection `R^D → R^E`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DownKind {
-    /// Subsampled randomized Hadamard transform.
-    #[default]
-    Srht,
-    /// Dense Gaussian map (the reference).
-    Gaussian,
-}
 
 impl DownKind {
     /// Draws the projection from `d_in` to `e` (an SRHT to at most the next power of two).

@@ -2,8 +2,10 @@
 //! series followed by Gaussian random Fourier features with `w ~ N(0, 2β I)`.
 
 use super::chi2::{chi2_distance, sample_k, Chi2Series};
-use super::family::{chi2_terms, defaults, family_spec, positive_opt, rff_dim, weight, Checked, Family, Sample};
+use super::family::{Family, Sample};
+use super::keys::{chi2_terms, defaults, family_spec, positive_opt, weight, Checked};
 use super::params::{PResult, ParamArray, Params};
+use super::rff::rff_dim;
 use super::rff::{Rff, RffVariant, ShiftKernel};
 use super::{FeatureMap, Kernel, Sketch};
 use crate::rng::StageRng;

@@ -5,9 +5,11 @@
 //! recursive tensor sketch over the `d` coordinates (low `d`); GaussianSketchHD
 //! sketches each degree of the series in `⟨x, y⟩` with its own tree (high `d`).
 
-use super::family::{defaults, dim, even_dim, fail, family_spec, gaussian, weight, Checked, Family, Sample};
-use super::params::{tree_from, tree_params, PResult, ParamArray, Params};
+use super::family::{Family, Sample};
+use super::keys::{defaults, dim, even_dim, fail, family_spec, gaussian, weight, Checked};
+use super::params::{PResult, ParamArray, Params};
 use super::recursive::RecursiveTensorSketch;
+use super::recursive::{tree_from, tree_params};
 use super::{FeatureMap, Kernel, Sketch, MAX_TRUNCATION};
 use crate::rng::StageRng;
 

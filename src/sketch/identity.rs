@@ -1,7 +1,8 @@
 //! The identity map `z(x) = x`: the linear kernel, the baseline every sketch is
 //! compared against.
 
-use super::family::{family_spec, no_fitting, weight, Checked, Family};
+use super::family::Family;
+use super::keys::{family_spec, no_fitting, weight, Checked};
 use super::params::{PResult, ParamArray, Params};
 use super::{DotKernel, FeatureMap, Kernel, Sketch};
 use crate::rng::StageRng;

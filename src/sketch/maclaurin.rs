@@ -7,8 +7,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::family::{defaults, dim, eta, family_spec, no_fitting, poly, weight, Checked, Family};
+use super::family::Family;
 use super::hadamard::{fwht, next_pow2};
+use super::keys::{defaults, dim, eta, family_spec, no_fitting, poly, weight, Checked};
 use super::params::{PResult, ParamArray, Params};
 use super::{FeatureMap, Kernel, Sketch};
 use crate::rng::StageRng;

@@ -20,6 +20,7 @@ mod family;
 pub mod gaussian;
 pub mod hadamard;
 pub mod identity;
+mod keys;
 pub mod maclaurin;
 mod params;
 pub mod recursive;
@@ -31,18 +32,19 @@ use serde::{Deserialize, Serialize};
 
 pub use chi2::{chi2_distance, Chi2ChebyshevSpec, Chi2Spec};
 pub use craftmaps::{CraftmapsSpec, UpKind};
-pub use down::{DownKind, Downed};
+pub use down::Downed;
 pub use exp_chi2::ExpChi2Spec;
-pub use family::{Checked, KeyError};
-pub(crate) use family::{CommonKeys, Family, Sample};
+pub(crate) use family::{Family, Sample};
 pub use gaussian::{GaussianSketchHdSpec, GaussianSketchSpec};
 pub use identity::IdentitySpec;
+pub(crate) use keys::CommonKeys;
+pub use keys::{Checked, DownKind, KeyError, Normalize};
 pub use maclaurin::{DotKernel, DotKind, RandomMaclaurinSpec};
 pub(crate) use params::{PResult, Params};
 pub use params::{ParamArray, ParamData};
 pub use recursive::RecursiveSpec;
 pub use rff::RffSpec;
-pub use stage::{FeaturePipeline, Normalize, Stage};
+pub use stage::{FeaturePipeline, Stage};
 pub use tensor::TensorSketchSpec;
 
 use crate::error::{Error, Result};
@@ -119,7 +121,7 @@ macro_rules! families {
                     $(StageSpec::$variant(s) => s.check(d),)*
                 }?;
                 let (kind, dim) = self.down_keys();
-                family::down_keys_check(kind, dim)
+                keys::down_keys_check(kind, dim)
             }
 
             /// `down` and `down_dim` as given (CRAFTMaps: none; it has its own).

@@ -2,7 +2,6 @@
 //! each stage, and the checked lookups a family's `restore` reads them back with.
 
 use super::count::CountSketch;
-use super::recursive::RecursiveTensorSketch;
 
 /// A named array of a stage's materialised random parameters.
 #[derive(Debug, Clone, PartialEq)]
@@ -129,31 +128,4 @@ pub(crate) fn count_sketch_params(hash: &str, sign: &str, cs: &[CountSketch]) ->
         ParamArray::u32(hash, vec![cs.len(), n], cs.iter().flat_map(|c| c.hash.clone()).collect()),
         ParamArray::i8(sign, vec![cs.len(), n], cs.iter().flat_map(|c| c.sign.clone()).collect()),
     ]
-}
-
-pub(crate) fn tree_params(prefix: &str, t: &RecursiveTensorSketch) -> Vec<ParamArray> {
-    let mut v = count_sketch_params("leaf_hash", "leaf_sign", &t.leaves);
-    let nodes: Vec<CountSketch> = t.nodes.iter().flatten().flat_map(|(a, b)| [a.clone(), b.clone()]).collect();
-    if !nodes.is_empty() {
-        v.extend(count_sketch_params("node_hash", "node_sign", &nodes));
-    }
-    v.into_iter().map(|p| p.prefixed(prefix)).collect()
-}
-
-#[allow(clippy::expect_used)] // Invariant: the tree consumes Σ⌊width/2⌋·2 ≤ 2(K−1) node sketches, and 2(K−1) were read above.
-pub(crate) fn tree_from(p: &Params, prefix: &str, n: usize, k: usize, m: usize) -> PResult<RecursiveTensorSketch> {
-    let sub = p.sub(prefix);
-    let p = Params(&sub);
-    let big_k = k.max(1).next_power_of_two();
-    let leaves = p.count_sketches("leaf_hash", "leaf_sign", big_k, n, m)?;
-    let mut nodes = Vec::new();
-    if big_k > 1 {
-        let mut flat = p.count_sketches("node_hash", "node_sign", 2 * (big_k - 1), m, m)?.into_iter();
-        let mut width = big_k;
-        while width > 1 {
-            width /= 2;
-            nodes.push((0..width).map(|_| (flat.next().expect("counted"), flat.next().expect("counted"))).collect());
-        }
-    }
-    Ok(RecursiveTensorSketch::from_parts(n, k, m, leaves, nodes))
 }

@@ -9,8 +9,9 @@ use realfft::num_complex::Complex32;
 use realfft::{ComplexToReal, RealFftPlanner, RealToComplex};
 
 use super::count::CountSketch;
-use super::family::{defaults, even_dim, family_spec, no_fitting, poly, weight, Checked, Family};
-use super::params::{count_sketch_params, tree_from, PResult, ParamArray, Params};
+use super::family::Family;
+use super::keys::{defaults, even_dim, family_spec, no_fitting, poly, weight, Checked};
+use super::params::{count_sketch_params, PResult, ParamArray, Params};
 use super::{DotKernel, FeatureMap, Kernel, Sketch};
 use crate::rng::StageRng;
 
@@ -233,4 +234,31 @@ impl Sketch for RecursivePoly {
         v.extend(count_sketch_params("node_hash", "node_sign", &nodes));
         v
     }
+}
+
+pub(crate) fn tree_params(prefix: &str, t: &RecursiveTensorSketch) -> Vec<ParamArray> {
+    let mut v = count_sketch_params("leaf_hash", "leaf_sign", &t.leaves);
+    let nodes: Vec<CountSketch> = t.nodes.iter().flatten().flat_map(|(a, b)| [a.clone(), b.clone()]).collect();
+    if !nodes.is_empty() {
+        v.extend(count_sketch_params("node_hash", "node_sign", &nodes));
+    }
+    v.into_iter().map(|p| p.prefixed(prefix)).collect()
+}
+
+#[allow(clippy::expect_used)] // Invariant: the tree consumes Σ⌊width/2⌋·2 ≤ 2(K−1) node sketches, and 2(K−1) were read above.
+pub(crate) fn tree_from(p: &Params, prefix: &str, n: usize, k: usize, m: usize) -> PResult<RecursiveTensorSketch> {
+    let sub = p.sub(prefix);
+    let p = Params(&sub);
+    let big_k = k.max(1).next_power_of_two();
+    let leaves = p.count_sketches("leaf_hash", "leaf_sign", big_k, n, m)?;
+    let mut nodes = Vec::new();
+    if big_k > 1 {
+        let mut flat = p.count_sketches("node_hash", "node_sign", 2 * (big_k - 1), m, m)?.into_iter();
+        let mut width = big_k;
+        while width > 1 {
+            width /= 2;
+            nodes.push((0..width).map(|_| (flat.next().expect("counted"), flat.next().expect("counted"))).collect());
+        }
+    }
+    Ok(RecursiveTensorSketch::from_parts(n, k, m, leaves, nodes))
 }

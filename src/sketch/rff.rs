@@ -5,8 +5,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::family::{defaults, fail, family_spec, positive_opt, rff_dim, weight, Checked, Family, Sample};
+use super::family::{Family, Sample};
+use super::keys::{defaults, fail, family_spec, positive_opt, weight, Checked};
 use super::params::{PResult, ParamArray, Params};
+use super::MAX_DIM;
 use super::{FeatureMap, Kernel, Sketch};
 use crate::rng::StageRng;
 
@@ -234,4 +236,15 @@ impl Sketch for Rff {
         }
         v
     }
+}
+
+/// The output dimension of an RFF layout.
+pub(crate) fn rff_dim(variant: RffVariant, v: usize) -> Checked {
+    if !(1..=MAX_DIM).contains(&v) {
+        return fail("dim", format!("must be from 2 to {MAX_DIM}, got {v}"));
+    }
+    if variant == RffVariant::CosSin && (v < 2 || v % 2 == 1) {
+        return fail("dim", format!("must be even and ≥ 2 for variant = \"cos_sin\", got {v}"));
+    }
+    Ok(())
 }

@@ -2,44 +2,10 @@
 //! (spec and map), and the feature pipeline `z = [w_1 φ_1; …; w_l φ_l]` that maps
 //! whole chunks on worker threads.
 
-use serde::{Deserialize, Serialize};
-
+use super::keys::Normalize;
 use super::{build_map, map_from_params, ParamArray, Sketch, StageSpec};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::rng::StageRng;
-
-/// Per-row normalisation applied to a stage's input.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Normalize {
-    /// Rows as they are.
-    #[default]
-    None,
-    /// Rows divided by their L1 norm (all-zero rows stay zero).
-    L1,
-    /// Rows divided by their L2 norm (all-zero rows stay zero).
-    L2,
-}
-
-impl Normalize {
-    /// Normalises each row of `x` (`d` columns) in place.
-    pub fn apply(self, x: &mut [f32], d: usize) {
-        if self == Normalize::None || d == 0 {
-            return;
-        }
-        for row in x.chunks_exact_mut(d) {
-            let norm: f64 = match self {
-                Normalize::L1 => row.iter().map(|&v| f64::from(v).abs()).sum(),
-                Normalize::L2 => row.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>().sqrt(),
-                Normalize::None => 1.0,
-            };
-            if norm > 0.0 {
-                let inv = (1.0 / norm) as f32;
-                row.iter_mut().for_each(|v| *v *= inv);
-            }
-        }
-    }
-}
 
 /// One built stage: spec and map.
 #[derive(Debug)]
@@ -55,7 +21,15 @@ impl Stage {
     /// parameters from the stream `(seed, index)`.
     pub fn build(spec: &StageSpec, d: usize, seed: u64, index: usize) -> Result<Stage> {
         let mut rng = StageRng::new(seed, index as u64);
-        Ok(Stage { spec: spec.clone(), map: build_map(spec, d, &mut rng)? })
+        let map = build_map(spec, d, &mut rng).map_err(|e| match e {
+            // `build_map` knows no index: name the stage (`stages.N.down_dim`).
+            Error::Config { file, key, message } => {
+                let key = key.strip_prefix("stage.").map_or(key.clone(), |k| format!("stages.{index}.{k}"));
+                Error::Config { file, key, message }
+            }
+            other => other,
+        })?;
+        Ok(Stage { spec: spec.clone(), map })
     }
 
     /// The stage's random parameters as arrays.

@@ -11,7 +11,8 @@ use realfft::num_complex::Complex32;
 use realfft::{ComplexToReal, RealFftPlanner, RealToComplex};
 
 use super::count::CountSketch;
-use super::family::{defaults, dim, family_spec, no_fitting, poly, weight, Checked, Family};
+use super::family::Family;
+use super::keys::{defaults, dim, family_spec, no_fitting, poly, weight, Checked};
 use super::params::{count_sketch_params, PResult, ParamArray, Params};
 use super::{DotKernel, FeatureMap, Kernel, Sketch};
 use crate::rng::StageRng;

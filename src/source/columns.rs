@@ -256,14 +256,31 @@ pub(super) fn list_to_rows(a: &ArrayRef, d: usize, x: &mut [f32], loc: &Location
             format!("null inside the list (element {}); drop or fill nulls before training", i % d),
         ));
     }
-    let values = cast_to(&values, &DataType::Float32, loc)?;
-    let v = values.as_primitive::<Float32Type>().values();
+    let cast = cast_to(&values, &DataType::Float32, loc)?;
+    let v = cast.as_primitive::<Float32Type>().values();
     x[..v.len()].copy_from_slice(v);
     if let Some(pos) = v.iter().position(|v| !v.is_finite()) {
         return Err(Error::data(
             loc.clone().row(first_row + pos / d),
-            format!("element {} is {}, not finite; drop or impute such rows before training", pos % d, v[pos]),
+            non_finite_message(&values, pos, &format!("element {}", pos % d)),
         ));
     }
     Ok(())
+}
+
+/// Why entry `i` of `original` became a non-finite f32: NaN or ±∞ in the file, or a
+/// finite float64 beyond the f32 range the features are read in.
+pub(super) fn non_finite_message(original: &ArrayRef, i: usize, what: &str) -> String {
+    if let Some(f) = original.as_primitive_opt::<arrow_array::types::Float64Type>() {
+        let v = f.value(i);
+        if v.is_finite() {
+            return format!(
+                "{what} {v:e} exceeds the float32 range (|x| ≤ {:e}) features are read in; rescale the column",
+                f32::MAX
+            );
+        }
+        return format!("{what} is {v}, not finite; drop or impute such rows before training");
+    }
+    let shown = original.as_primitive_opt::<Float32Type>().map_or_else(String::new, |f| format!(" is {},", f.value(i)));
+    format!("{what}{shown} not finite; drop or impute such rows before training")
 }

@@ -119,9 +119,46 @@ pub(super) fn describe_columns(schema: &Schema) -> String {
 
 fn open_file(path: &Path) -> Result<InputFile> {
     let file = crate::atomic::open_input(path)?;
-    let meta = ArrowReaderMetadata::load(&file, ArrowReaderOptions::new())
-        .map_err(|source| Error::Parquet { location: Location::file(path), source })?;
-    Ok(InputFile { path: path.to_path_buf(), backing: Backing::Parquet(meta) })
+    let meta = ArrowReaderMetadata::load(&file, ArrowReaderOptions::new()).map_err(|source| {
+        // A footer field whose thrift type differs from the one the spec gives it (a
+        // Dremio-written list of i16 where the spec has i64) fails this reader's strict
+        // decoder although other readers skip it: say so, and how to get a readable file.
+        if source.to_string().contains("Expected list element type") {
+            return Error::data(
+                Location::file(path),
+                format!(
+                    "the file's footer has a field this Parquet reader cannot decode ({source}); other readers may \
+                     skip it: rewrite the file, e.g. pyarrow.parquet.write_table(pyarrow.parquet.read_table(IN), OUT)"
+                ),
+            );
+        }
+        Error::Parquet { location: Location::file(path), source }
+    })?;
+    Ok(InputFile { path: path.to_path_buf(), backing: Backing::Parquet(with_row_group_count(meta, path)?) })
+}
+
+/// The metadata with the file-level row count set to its row groups' sum where a writer
+/// left it otherwise (early parquet-rs wrote 0 beside a repeated struct): the decoder
+/// caps its batch size at that count, so a 0 reads no rows at all.
+fn with_row_group_count(meta: ArrowReaderMetadata, path: &Path) -> Result<ArrowReaderMetadata> {
+    use parquet::file::metadata::{FileMetaData, ParquetMetaDataBuilder};
+    let md = meta.metadata();
+    let rows: i64 = md.row_groups().iter().map(|rg| rg.num_rows().max(0)).sum();
+    let f = md.file_metadata();
+    if f.num_rows() == rows {
+        return Ok(meta);
+    }
+    let fixed = FileMetaData::new(
+        f.version(),
+        rows,
+        f.created_by().map(str::to_string),
+        f.key_value_metadata().cloned(),
+        f.schema_descr_ptr(),
+        f.column_orders().cloned(),
+    );
+    let md = ParquetMetaDataBuilder::new(fixed).set_row_groups(md.row_groups().to_vec()).build();
+    ArrowReaderMetadata::try_new(std::sync::Arc::new(md), ArrowReaderOptions::new())
+        .map_err(|source| Error::Parquet { location: Location::file(path), source })
 }
 
 impl InputFile {
@@ -132,10 +169,12 @@ impl InputFile {
             Backing::Memory { schema, .. } => schema,
         }
     }
-    /// Rows in the file (from the footer).
+    /// Rows in the file: the sum of its row groups' counts, which are what is read.
+    /// Not the file-level `num_rows`, which some writers leave at 0 (early parquet-rs,
+    /// beside a repeated struct) for a file whose row groups hold rows.
     pub fn rows(&self) -> u64 {
         match &self.backing {
-            Backing::Parquet(meta) => meta.metadata().file_metadata().num_rows().max(0) as u64,
+            Backing::Parquet(meta) => meta.metadata().row_groups().iter().map(|rg| rg.num_rows().max(0) as u64).sum(),
             Backing::Memory { batches, .. } => batches.iter().map(|b| b.num_rows() as u64).sum(),
         }
     }
@@ -408,9 +447,10 @@ impl Dataset {
             }
             if let Some(pos) = x.iter().position(|v| !v.is_finite()) {
                 let (r, j) = (pos / d, pos % d);
+                let name = &self.features.columns[j];
                 return Err(Error::data(
-                    location.clone().column(self.features.columns[j].clone()).row(first_row + r),
-                    format!("value {} is not finite; drop or impute such rows before training", x[pos]),
+                    location.clone().column(name.clone()).row(first_row + r),
+                    columns::non_finite_message(col(name)?, r, "value"),
                 ));
             }
         }

@@ -440,13 +440,17 @@ fn a_missing_output_directory_is_refused_before_the_pass() {
 /// One random Parquet file: 1–5 feature columns `f0…` of random numeric types (some with
 /// nulls, NaN, huge or negative values), a label of a random type (sometimes with nulls
 /// or a single class), random row counts and row-group sizes.
-fn random_file(r: &mut sketchfit::rng::StageRng, path: &std::path::Path) -> usize {
+fn random_file(r: &mut sketchfit::rng::StageRng, path: &std::path::Path, valid: bool) -> usize {
     use arrow_array::{Float32Array, UInt64Array};
-    let rows = [0usize, 2, 7, 20, 45, 45, 45, 45, 45, 45][r.below(10) as usize];
+    let rows = if valid {
+        [20usize, 45][r.below(2) as usize]
+    } else {
+        [0usize, 2, 7, 20, 45, 45, 45, 45, 45, 45][r.below(10) as usize]
+    };
     let ncols = 1 + r.below(5) as usize;
     let mut cols: Vec<(String, ArrayRef)> = Vec::new();
     for j in 0..ncols {
-        let odd = r.below(16);
+        let odd = if valid { 3 + r.below(13) } else { r.below(16) };
         let v: Vec<f64> = (0..rows)
             .map(|i| match odd {
                 0 if i == rows / 2 => f64::NAN,
@@ -455,7 +459,7 @@ fn random_file(r: &mut sketchfit::rng::StageRng, path: &std::path::Path) -> usiz
                 _ => r.uniform(),
             })
             .collect();
-        let nulls = r.below(16) == 0;
+        let nulls = !valid && r.below(16) == 0;
         let col: ArrayRef = match r.below(4) {
             0 => Arc::new(Float32Array::from(
                 v.iter().enumerate().map(|(i, &x)| (!nulls || i % 5 != 1).then_some(x as f32)).collect::<Vec<_>>(),
@@ -468,8 +472,8 @@ fn random_file(r: &mut sketchfit::rng::StageRng, path: &std::path::Path) -> usiz
         };
         cols.push((format!("f{j}"), col));
     }
-    let classes = [1i64, 2, 3, 3, 5][r.below(5) as usize];
-    let label: ArrayRef = match r.below(10) {
+    let classes = if valid { [2i64, 3, 3, 5][r.below(4) as usize] } else { [1i64, 2, 3, 3, 5][r.below(5) as usize] };
+    let label: ArrayRef = match if valid { [0, 3, 5][r.below(3) as usize] } else { r.below(10) } {
         0 | 4 => Arc::new(StringArray::from((0..rows).map(|i| format!("c{}", i as i64 % classes)).collect::<Vec<_>>())),
         1 => Arc::new(Int64Array::from(
             (0..rows).map(|i| (i % 7 != 3).then_some(i as i64 % classes)).collect::<Vec<_>>(),
@@ -485,8 +489,15 @@ fn random_file(r: &mut sketchfit::rng::StageRng, path: &std::path::Path) -> usiz
 
 /// One random pipeline over the file's `f*` columns: a random stage (valid parameters
 /// mostly, broken ones sometimes), random PCA, λ, solver, Gram precision and task.
-fn random_pipeline(r: &mut sketchfit::rng::StageRng) -> String {
-    let pick = |r: &mut sketchfit::rng::StageRng, xs: &[&str]| xs[r.below(xs.len() as u32) as usize].to_string();
+fn random_pipeline(r: &mut sketchfit::rng::StageRng, valid: bool) -> String {
+    // Half the cases draw only values that are valid on their own, so that enough runs
+    // train for the checks on the trained model; the other half draw broken ones too.
+    const BROKEN: &[&str] = &["0", "-1", "1e-300", "bogus", "100000", "11", "\"dual\"", "lambda = -1\n"];
+    let pick = move |r: &mut sketchfit::rng::StageRng, xs: &[&str]| {
+        let good: Vec<&str> = xs.iter().copied().filter(|x| !(valid && BROKEN.contains(x))).collect();
+        let from = if good.is_empty() { xs.to_vec() } else { good };
+        from[r.below(from.len() as u32) as usize].to_string()
+    };
     let kind = pick(
         r,
         &[
@@ -529,15 +540,49 @@ fn random_pipeline(r: &mut sketchfit::rng::StageRng) -> String {
         _ => String::new(),
     };
     let lambda = pick(r, &["\"gcv\"", "\"gcv\"", "0.1", "0.1", "0", "-1", "1e-300"]);
-    let solver = pick(r, &["auto", "auto", "auto", "auto", "cholesky", "tridiagonal", "eigen"]);
+    let solver = pick(r, &["auto", "auto", "auto", "auto", "cholesky", "tridiagonal", "eigen", "dual"]);
     let gram = pick(r, &["f64", "f32"]);
     // Output codes, held-out λ with or without the refit (the training file serves as
     // its own validation file: the point is the code path, not the score).
-    let codes = match r.below(4) {
-        0 => format!("codes = \"ecoc\"\ncode_length = {}\n", pick(r, &["1", "2", "3", "7", "200", "0"])),
+    let codes = match r.below(6) {
+        0 | 1 => format!("codes = \"ecoc\"\ncode_length = {}\n", pick(r, &["1", "2", "3", "7", "200", "0"])),
+        // A code file (written beside the data by `random_code_file`): right or wrong
+        // row count, sometimes a repeated column.
+        2 => "codes = \"ecoc\"\ncode_file = \"code.txt\"\n".to_string(),
         _ => String::new(),
     };
+    // k-fold (its own λ rules; refused where they do not hold) and kernel candidates of
+    // every key kind, non-finite values among them.
     let validation = if r.below(4) == 0 { "validation = [\"t.parquet\"]\n" } else { "" };
+    // Mostly where their rules hold (GCV on all features for k-fold, held-out rows for
+    // candidates), sometimes anywhere, so both the runs and the refusals are exercised.
+    let cv_fits = lambda == "\"gcv\"" && pca.is_empty() && validation.is_empty();
+    let cv = if r.below(if cv_fits { 3 } else { 12 }) == 0 {
+        format!("cv = {}\n", pick(r, &["2", "3", "3", "11"]))
+    } else {
+        String::new()
+    };
+    let held_out = !validation.is_empty() || !cv.is_empty();
+    if r.below(if held_out { 2 } else { 12 }) == 0 {
+        stage += &format!(
+            "candidates = {{ {} }}\n",
+            pick(
+                r,
+                &[
+                    "dim = [8, 16]",
+                    "sigma = [0.5, 2.0]",
+                    "sigma = [1.0, nan]",
+                    "sigma = [1.0, inf]",
+                    "degree = [2, 3]",
+                    "gamma = [0.5, 1.0]",
+                    "offset = [0.0, 1.0]",
+                    "normalize = [\"l2\", \"none\"]",
+                    "beta = [1.0, 2.0]",
+                    "dim = [16]",
+                ]
+            )
+        );
+    }
     let refit = pick(r, &["true", "true", "false"]);
     // The sparse learners, fixed λ₁ or by validation, with short paths and sweep caps.
     let sparse = match r.below(5) {
@@ -551,8 +596,114 @@ fn random_pipeline(r: &mut sketchfit::rng::StageRng) -> String {
         _ => String::new(),
     };
     format!(
-        "{task}[data]\ntrain = [\"t.parquet\"]\n{validation}features = [\"f*\"]\n{target}\n\n{stage}\n{pca}\n[ridge]\nlambda = {lambda}\nsolver = \"{solver}\"\nrefit = {refit}\n{codes}\n{sparse}[run]\ngram = \"{gram}\"\nsample_rows = 50\n"
+        "{task}[data]\ntrain = [\"t.parquet\"]\n{validation}features = [\"f*\"]\n{target}\n\n{stage}\n{pca}\n[ridge]\nlambda = {lambda}\nsolver = \"{solver}\"\nrefit = {refit}\n{codes}{cv}\n{sparse}[run]\ngram = \"{gram}\"\nsample_rows = 50\n"
     )
+}
+
+/// A code file for the random pipelines: 1–5 rows of ±1 (the data have 1–5 classes),
+/// sometimes with a repeated column.
+fn random_code_file(r: &mut sketchfit::rng::StageRng, path: &std::path::Path) {
+    let rows = [1usize, 2, 3, 3, 3, 5][r.below(6) as usize];
+    let cols = 1 + r.below(3) as usize;
+    let mut text = String::new();
+    for _ in 0..rows {
+        let mut row: Vec<&str> = (0..cols).map(|_| if r.below(2) == 1 { "1" } else { "-1" }).collect();
+        if cols > 1 && r.below(4) == 0 {
+            row[1] = row[0];
+        }
+        text += &row.join(" ");
+        text.push('\n');
+    }
+    std::fs::write(path, text).unwrap();
+}
+
+/// The columns of a Parquet file and its rows.
+fn parquet_columns(path: &std::path::Path) -> (Vec<String>, usize) {
+    let f = std::fs::File::open(path).unwrap();
+    let b = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f).unwrap();
+    let names = b.schema().fields().iter().map(|f| f.name().clone()).collect();
+    let rows = b.metadata().file_metadata().num_rows() as usize;
+    (names, rows)
+}
+
+/// What the trained model of a random case must do besides loading: `predict --scores`
+/// gives one score column per class (one for binary one-vs-all), `transform` runs on a
+/// model with PCA and is refused on one without, and two shards solve to the one-process
+/// model where λ is fixed and well conditioned.
+fn check_trained_model(case: u64, text: &str, dir: &TempDir) {
+    let model = dir.path("m.sfm");
+    let m = sketchfit::Model::load(&model).unwrap();
+    let pred = dir.path("pred.parquet");
+    let _ = std::fs::remove_file(&pred);
+    let out = sketchfit(&[
+        "predict",
+        model.to_str().unwrap(),
+        "-i",
+        dir.path("t.parquet").to_str().unwrap(),
+        "-o",
+        pred.to_str().unwrap(),
+        "--scores",
+    ]);
+    let code = out.status.code();
+    assert!(
+        matches!(code, Some(0) | Some(2)),
+        "case {case}: predict --scores {:?}\n{text}\n{}",
+        out.status,
+        stderr(&out)
+    );
+    if code == Some(0) {
+        if let Some(classes) = &m.header.classes {
+            let (names, _) = parquet_columns(&pred);
+            let scores = names.iter().filter(|n| n.starts_with("score_")).count();
+            let want = if classes.len() == 2 && m.header.code.is_none() { 1 } else { classes.len() };
+            assert_eq!(scores, want, "case {case}: score columns {names:?}\n{text}");
+        }
+    }
+    let tr = dir.path("tr.parquet");
+    let out = sketchfit(&[
+        "transform",
+        model.to_str().unwrap(),
+        "-i",
+        dir.path("t.parquet").to_str().unwrap(),
+        "-o",
+        tr.to_str().unwrap(),
+    ]);
+    let want = if m.header.projections.is_empty() { Some(2) } else { Some(0) };
+    assert!(
+        out.status.code() == want || out.status.code() == Some(2),
+        "case {case}: transform {:?}\n{text}\n{}",
+        out.status,
+        stderr(&out)
+    );
+    // Shards: fixed λ = 0.1 without selection (validation, candidates, k-fold, sparse).
+    let plain = text.contains("lambda = 0.1\n")
+        && !text.contains("validation =")
+        && !text.contains("candidates =")
+        && !text.contains("cv =")
+        && !text.contains("[solver]")
+        && !text.contains("solver = \"dual\"")
+        // A PCA of fewer rows than components has a null space whose basis rounding
+        // may turn: its models agree on the data, not weight by weight.
+        && !text.contains("[pca]");
+    if !plain {
+        return;
+    }
+    let p = dir.path("p.toml").to_string_lossy().into_owned();
+    let parts: Vec<String> =
+        (0..2).map(|i| dir.path(&format!("part{i}.stats")).to_string_lossy().into_owned()).collect();
+    for (i, part) in parts.iter().enumerate() {
+        let _ = std::fs::remove_file(part);
+        let out = sketchfit(&["accumulate", &p, "--shard", &format!("{i}/2"), "-o", part, "-q"]);
+        assert_eq!(out.status.code(), Some(0), "case {case}: accumulate {i}/2\n{text}\n{}", stderr(&out));
+    }
+    let sharded = dir.path("s.sfm");
+    let _ = std::fs::remove_file(&sharded);
+    let out = sketchfit(&["solve", &p, &parts[0], &parts[1], "-o", sharded.to_str().unwrap(), "-q"]);
+    assert_eq!(out.status.code(), Some(0), "case {case}: solve\n{text}\n{}", stderr(&out));
+    let s = sketchfit::Model::load(&sharded).unwrap();
+    let scale = m.weights.iter().fold(0.0f64, |a, v| a.max(v.abs())).max(1e-300);
+    let diff = m.weights.iter().zip(&s.weights).fold(0.0f64, |a, (x, y)| a.max((x - y).abs()));
+    assert!(diff <= 1e-6 * scale, "case {case}: shards give another model ({diff:e} of {scale:e})\n{text}");
 }
 
 #[test]
@@ -565,8 +716,10 @@ fn random_pipelines_and_schemas_exit_0_or_2_and_every_written_model_loads() {
     let mut reasons: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
     for case in 0..cases {
         let mut r = sketchfit::rng::StageRng::new(seed, case);
-        random_file(&mut r, &dir.path("t.parquet"));
-        let text = random_pipeline(&mut r);
+        let valid = r.below(2) == 0;
+        random_file(&mut r, &dir.path("t.parquet"), valid);
+        random_code_file(&mut r, &dir.path("code.txt"));
+        let text = random_pipeline(&mut r, valid);
         std::fs::write(dir.path("p.toml"), &text).unwrap();
         let model = dir.path("m.sfm");
         let _ = std::fs::remove_file(&model);
@@ -586,20 +739,7 @@ fn random_pipelines_and_schemas_exit_0_or_2_and_every_written_model_loads() {
                 "case {case}: the model does not load:\n{text}\n{}",
                 stderr(&inspect)
             );
-            let pred = sketchfit(&[
-                "predict",
-                model.to_str().unwrap(),
-                "-i",
-                dir.path("t.parquet").to_str().unwrap(),
-                "-o",
-                dir.path("pred.parquet").to_str().unwrap(),
-            ]);
-            assert!(
-                matches!(pred.status.code(), Some(0) | Some(2)),
-                "case {case}: predict {:?}\n{}",
-                pred.status,
-                stderr(&pred)
-            );
+            check_trained_model(case, &text, &dir);
         } else {
             refused += 1;
             let err = stderr(&out);

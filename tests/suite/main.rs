@@ -17,6 +17,7 @@ mod golden;
 mod golden_maps;
 mod incremental;
 mod kfold;
+mod learners_verified;
 mod sparse_solvers;
 mod streaming_vs_dense;
 mod tensor_sketch_stats;

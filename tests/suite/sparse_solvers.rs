@@ -6,9 +6,9 @@
 use std::sync::Arc;
 
 use arrow_array::{ArrayRef, Float64Array};
-use sketchfit::lasso::{self, Penalty, Problem};
 use sketchfit::pipeline::spec::{SolverKind, SolverSpec};
 use sketchfit::sketch::{IdentitySpec, RffSpec};
+use sketchfit::solve::cd::{self as lasso, Penalty, Problem};
 use sketchfit::Pipeline;
 
 use crate::common::*;

@@ -434,7 +434,7 @@ mod tests {
     fn top_pairs_equal_the_dense_decomposition_on_a_matrix_with_a_gap() {
         // D = TILE + 77 (two tile rows); the data span 8 strong directions plus noise.
         let (dim, e) = (TILE + 77, 8);
-        let st = crate::chol::tests::stats(1200, dim, 1, 11);
+        let st = crate::solve::cholesky::tests::stats(1200, dim, 1, 11);
         let cov = st.centered().cov;
         let (values, vectors) = eigh_desc(&cov, dim).unwrap();
         for threads in [1, 2] {

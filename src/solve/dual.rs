@@ -13,10 +13,10 @@
 use faer::linalg::matmul::matmul;
 use faer::{Accum, Mat, MatRef, Par};
 
+use super::rotated::{bias_for, LambdaChoice, RotatedProblem};
+use super::tridiag::Tridiagonal;
 use crate::error::{Error, Location, Result};
-use crate::solve::{bias_for, LambdaChoice, RotatedProblem};
 use crate::stats::{Centered, GramStats, TriGram};
-use crate::tridiag::Tridiagonal;
 
 /// Features at a time when the rows are centred and transposed into f64.
 const FEATURE_BLOCK: usize = 256;
@@ -55,7 +55,7 @@ impl RowStats {
     /// dense `n × n` of the tridiagonal reduction.
     pub fn solve_bytes(rows: u64, c: usize, gcv: bool) -> u64 {
         let n = rows as usize;
-        let dense = if gcv { crate::tridiag::bytes_for(n, c) } else { 0 };
+        let dense = if gcv { super::tridiag::bytes_for(n, c) } else { 0 };
         8 * (TriGram::len_for(n) + FEATURE_BLOCK * n) as u64 + dense
     }
 
@@ -150,7 +150,7 @@ impl RowStats {
         match lambda {
             LambdaChoice::Fixed(l) if *l > 0.0 => {
                 let work = std::mem::replace(&mut stats.gram, TriGram::zeros(0));
-                let (alpha, _) = crate::chol::ridge_fixed(&stats, work, *l, threads)?;
+                let (alpha, _) = super::cholesky::ridge_fixed(&stats, work, *l, threads)?;
                 let weights = self.fold(&labeled.mean, &alpha, threads);
                 let bias = bias_for(&weights, c, &labeled);
                 Ok(DualSolve { labeled, kernel: DualKernel::Solved { weights, bias } })
@@ -282,7 +282,7 @@ mod tests {
             let (kept, st) = rows(n, dim, 3, 5);
             let dual = kept.solve(&LambdaChoice::Fixed(0.3), threads).unwrap();
             let DualKernel::Solved { weights, bias } = dual.kernel else { panic!("not solved") };
-            let (w, b) = crate::chol::ridge_fixed(&st, st.gram.clone(), 0.3, 1).unwrap();
+            let (w, b) = crate::solve::cholesky::ridge_fixed(&st, st.gram.clone(), 0.3, 1).unwrap();
             assert!(rel(&weights, &w) < 1e-8, "weights {}", rel(&weights, &w));
             assert!(rel(&bias, &b) < 1e-8, "bias {}", rel(&bias, &b));
         }

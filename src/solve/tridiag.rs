@@ -15,9 +15,9 @@
 
 use faer::{Mat, Par};
 
-use crate::band::{default_band, work_bytes, TwoStage};
+use super::band::{default_band, work_bytes, TwoStage};
+use super::rotated::RotatedProblem;
 use crate::error::{Error, Result};
-use crate::solve::RotatedProblem;
 use crate::stats::{tile_range, GramStats};
 
 /// The tridiagonal form of a centred covariance with its rotated right-hand sides.
@@ -291,7 +291,7 @@ mod tests {
 #[cfg(test)]
 mod against_dense {
     use super::*;
-    use crate::chol::tests::stats;
+    use crate::solve::cholesky::tests::stats;
     use crate::solve::{Components, Pca, RotatedProblem};
 
     fn rel(a: &[f64], b: &[f64]) -> f64 {

@@ -4,6 +4,8 @@
 //! every array in name order, so one changed byte anywhere is refused. Writing reads the
 //! bytes back before returning them; reading verifies before anything is used.
 
+pub mod json_f64;
+
 use std::collections::HashMap;
 
 use safetensors::tensor::{SafeTensors, TensorView};

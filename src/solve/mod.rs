@@ -1,0 +1,30 @@
+//! Solvers on statistics alone (math.md §13): they read no data and know no pipeline
+//! type. Layered one way: `band` → `tridiag`; `krylov` → `eigen` → `rotated` →
+//! `tridiag` / `cholesky` → `dual` → `ridge`; `cd` (coordinate descent for the LASSO
+//! family) stands alone.
+//!
+//! | file | owns |
+//! |---|---|
+//! | `cholesky` | the tiled Cholesky of `C + λI`, in place, and its triangular solves |
+//! | `band` | the two-stage reduction to band and on to tridiagonal form |
+//! | `tridiag` | ridge at every λ of the grid from the tridiagonal form (GCV, validation) |
+//! | `krylov` | the top `E` eigenpairs by block Krylov |
+//! | `eigen` | RF-PCA: dense or Krylov, and how many components to keep |
+//! | `rotated` | the problem in an eigenbasis: λ grid, GCV curve, coefficients, fold |
+//! | `dual` | ridge on the `n × n` kernel of kept rows |
+//! | `ridge` | which path runs, and the problem each path leaves |
+//! | `cd` | coordinate descent for the LASSO, elastic net and group LASSO |
+
+pub(crate) mod band;
+pub mod cd;
+pub mod cholesky;
+pub mod dual;
+pub mod eigen;
+pub mod krylov;
+pub mod ridge;
+pub mod rotated;
+pub mod tridiag;
+
+pub use eigen::{eigh_desc, Components, Pca};
+pub use ridge::{Ridge, SolvePath};
+pub use rotated::{bias_for, lambda_grid, GcvCurve, LambdaChoice, RidgeFit, RotatedProblem};

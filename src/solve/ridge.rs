@@ -1,0 +1,119 @@
+//! Which solve path runs (math.md §13.7) and the ridge problem each path leaves behind,
+//! ready to give weights for any λ: an explicit eigenbasis, the tridiagonal form, the
+//! dual kernel, or weights already solved at a fixed λ.
+
+use serde::{Deserialize, Serialize};
+
+use super::rotated::{bias_for, GcvCurve, RotatedProblem};
+use crate::stats::Centered;
+
+/// Which solve path runs (math.md §13.7); `auto` picks the cheapest that answers the
+/// pipeline's question.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SolvePath {
+    /// Cholesky for a fixed λ > 0 without PCA, tridiagonal for λ still to choose without
+    /// PCA, the dense eigendecomposition otherwise.
+    #[default]
+    Auto,
+    /// Full dense eigendecomposition (PCA, unlabeled rows, λ = 0's pseudo-inverse).
+    Eigen,
+    /// One tiled Cholesky of `C + λI` at a fixed λ > 0.
+    Cholesky,
+    /// Tridiagonal reduction with rotated right-hand sides (GCV, validation).
+    Tridiagonal,
+    /// The rows kept instead of the Gram and ridge solved on the `n × n` kernel matrix
+    /// (at most `D/2` rows, λ fixed > 0 or by GCV, no PCA; `dual.rs`).
+    Dual,
+}
+
+impl SolvePath {
+    /// The name stored in the model and printed.
+    pub fn name(self) -> &'static str {
+        match self {
+            SolvePath::Auto => "auto",
+            SolvePath::Eigen => "eigen",
+            SolvePath::Cholesky => "cholesky",
+            SolvePath::Tridiagonal => "tridiagonal",
+            SolvePath::Dual => "dual",
+        }
+    }
+}
+
+/// A ridge problem ready to give weights for any λ, by whichever path built it.
+#[derive(Debug)]
+pub enum Ridge {
+    /// In an explicit eigenbasis (dense path).
+    Eigen(RotatedProblem),
+    /// In tridiagonal form; `problem` carries `σ_j` and `R̃` (no basis) for the grid and GCV.
+    Tridiagonal {
+        /// The factorisation.
+        form: Box<super::tridiag::Tridiagonal>,
+        /// Eigenvalues and rotated right-hand sides.
+        problem: RotatedProblem,
+    },
+    /// On the kernel matrix of the kept rows (GCV; a fixed λ is `Solved`).
+    Dual(Box<super::dual::DualRidge>),
+    /// Already solved at the fixed λ (Cholesky).
+    Solved {
+        /// `W`, row-major `D × c`.
+        weights: Vec<f64>,
+        /// `b`.
+        bias: Vec<f64>,
+    },
+}
+
+impl Ridge {
+    /// Outputs `c`.
+    pub fn outputs(&self) -> usize {
+        match self {
+            Ridge::Eigen(p) | Ridge::Tridiagonal { problem: p, .. } => p.c,
+            Ridge::Dual(d) => d.problem.c,
+            Ridge::Solved { bias, .. } => bias.len(),
+        }
+    }
+
+    /// The spectrum when the path computed one (`σ_j`, descending).
+    pub fn eigenvalues(&self) -> Option<&[f64]> {
+        match self {
+            Ridge::Tridiagonal { problem, .. } => Some(&problem.sigma),
+            Ridge::Dual(d) => Some(&d.problem.sigma),
+            _ => None,
+        }
+    }
+
+    /// The λ grid `σ̄·10^{-8+i/4}` (empty when λ was fixed).
+    pub fn grid(&self) -> Vec<f64> {
+        match self {
+            Ridge::Eigen(p) | Ridge::Tridiagonal { problem: p, .. } => p.grid().1,
+            Ridge::Dual(d) => d.problem.grid().1,
+            Ridge::Solved { .. } => Vec::new(),
+        }
+    }
+
+    /// The GCV curve (none when λ was fixed).
+    pub fn gcv(&self, labeled: &Centered) -> Option<GcvCurve> {
+        match self {
+            Ridge::Eigen(p) | Ridge::Tridiagonal { problem: p, .. } => Some(p.gcv(labeled.n, &labeled.cyy)),
+            Ridge::Dual(d) => Some(d.problem.gcv(labeled.n, &labeled.cyy)),
+            Ridge::Solved { .. } => None,
+        }
+    }
+
+    /// `(W, b)` in the solved feature space for each set of per-output λ.
+    pub fn weights(&self, sets: &[Vec<f64>], labeled: &Centered) -> Vec<(Vec<f64>, Vec<f64>)> {
+        match self {
+            Ridge::Eigen(p) => sets.iter().map(|l| p.fold(&p.coefficients(l), labeled)).collect(),
+            Ridge::Tridiagonal { form, problem } => form
+                .weights_many(sets)
+                .into_iter()
+                .map(|w| {
+                    let b = bias_for(&w, problem.c, labeled);
+                    (w, b)
+                })
+                .collect(),
+            Ridge::Dual(d) => d.weights(sets, labeled),
+            Ridge::Solved { weights, bias } => sets.iter().map(|_| (weights.clone(), bias.clone())).collect(),
+        }
+    }
+}
