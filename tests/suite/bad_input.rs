@@ -629,8 +629,8 @@ fn parquet_columns(path: &std::path::Path) -> (Vec<String>, usize) {
 /// What the trained model of a random case must do besides loading: `predict --scores`
 /// gives one score column per class (one for binary one-vs-all), `transform` runs on a
 /// model with PCA and is refused on one without, and two shards solve to the one-process
-/// model where λ is fixed and well conditioned.
-fn check_trained_model(case: u64, text: &str, dir: &TempDir) {
+/// model where λ is fixed and the data are well scaled.
+fn check_trained_model(case: u64, text: &str, dir: &TempDir, valid: bool) {
     let model = dir.path("m.sfm");
     let m = sketchfit::Model::load(&model).unwrap();
     let pred = dir.path("pred.parquet");
@@ -675,8 +675,11 @@ fn check_trained_model(case: u64, text: &str, dir: &TempDir) {
         out.status,
         stderr(&out)
     );
-    // Shards: fixed λ = 0.1 without selection (validation, candidates, k-fold, sparse).
-    let plain = text.contains("lambda = 0.1\n")
+    // Shards: fixed λ = 0.1 without selection (validation, candidates, k-fold, sparse),
+    // on a valid-mode file (values in [0, 1): a 1e30 feature makes C + λI singular to
+    // working precision, where one-process and sharded sums may fall either side of it).
+    let plain = valid
+        && text.contains("lambda = 0.1\n")
         && !text.contains("validation =")
         && !text.contains("candidates =")
         && !text.contains("cv =")
@@ -739,7 +742,7 @@ fn random_pipelines_and_schemas_exit_0_or_2_and_every_written_model_loads() {
                 "case {case}: the model does not load:\n{text}\n{}",
                 stderr(&inspect)
             );
-            check_trained_model(case, &text, &dir);
+            check_trained_model(case, &text, &dir, valid);
         } else {
             refused += 1;
             let err = stderr(&out);
