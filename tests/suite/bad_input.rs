@@ -629,7 +629,7 @@ fn parquet_columns(path: &std::path::Path) -> (Vec<String>, usize) {
 /// What the trained model of a random case must do besides loading: `predict --scores`
 /// gives one score column per class (one for binary one-vs-all), `transform` runs on a
 /// model with PCA and is refused on one without, and two shards solve to the one-process
-/// model where λ is fixed and the data are well scaled.
+/// model where λ is fixed.
 fn check_trained_model(case: u64, text: &str, dir: &TempDir, valid: bool) {
     let model = dir.path("m.sfm");
     let m = sketchfit::Model::load(&model).unwrap();
@@ -676,8 +676,7 @@ fn check_trained_model(case: u64, text: &str, dir: &TempDir, valid: bool) {
         stderr(&out)
     );
     // Shards: fixed λ = 0.1 without selection (validation, candidates, k-fold, sparse),
-    // on a valid-mode file (values in [0, 1): a 1e30 feature makes C + λI singular to
-    // working precision, where one-process and sharded sums may fall either side of it).
+    // on a valid-mode file (no 1e30 or NaN planted).
     let plain = valid
         && text.contains("lambda = 0.1\n")
         && !text.contains("validation =")
@@ -702,6 +701,12 @@ fn check_trained_model(case: u64, text: &str, dir: &TempDir, valid: bool) {
     let sharded = dir.path("s.sfm");
     let _ = std::fs::remove_file(&sharded);
     let out = sketchfit(&["solve", &p, &parts[0], &parts[1], "-o", sharded.to_str().unwrap(), "-q"]);
+    // Features of 1e19 (the u64 columns) square to 1e38, beside which λ = 0.1 is below
+    // rounding: C + λI is singular to working precision and the sums of one process and
+    // of two shards may fall either side of the pivot test. Both outcomes are honest.
+    if out.status.code() == Some(2) && stderr(&out).contains("not positive definite") {
+        return;
+    }
     assert_eq!(out.status.code(), Some(0), "case {case}: solve\n{text}\n{}", stderr(&out));
     let s = sketchfit::Model::load(&sharded).unwrap();
     let scale = m.weights.iter().fold(0.0f64, |a, v| a.max(v.abs())).max(1e-300);
