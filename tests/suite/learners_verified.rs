@@ -31,6 +31,16 @@ fn digits(dir: &TempDir, ridge: &str) -> String {
     p.to_string_lossy().into_owned()
 }
 
+/// `train` with a checkpoint after every row group, stopped by the test hook after
+/// `units` of them (only in builds with debug assertions).
+fn killed_train(pipeline: &str, model: &str, units: usize) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_sketchfit"))
+        .args(["train", pipeline, "-o", model, "-q", "--set", "run.checkpoint_every=1"])
+        .env("SKETCHFIT_TEST_ABORT_AFTER_UNITS", units.to_string())
+        .output()
+        .unwrap()
+}
+
 fn ok(out: &std::process::Output) {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(out));
 }
@@ -235,21 +245,11 @@ fn an_edited_code_file_between_shards_or_before_a_resume_is_refused() {
     }
     std::fs::write(dir.path("code.txt"), code_a).unwrap();
     let model = dir.path("r.sfm");
-    let run = |resume: bool, abort: Option<usize>| {
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_sketchfit"));
-        cmd.args(["train", &p, "-o", model.to_str().unwrap(), "-q", "--set", "run.checkpoint_every=1"]);
-        if resume {
-            cmd.arg("--resume");
-        }
-        if let Some(n) = abort {
-            cmd.env("SKETCHFIT_TEST_ABORT_AFTER_UNITS", n.to_string());
-        }
-        cmd.output().unwrap()
-    };
-    assert_ne!(run(false, Some(2)).status.code(), Some(0));
+    assert_ne!(killed_train(&p, &model.to_string_lossy(), 2).status.code(), Some(0));
     assert!(dir.path("r.sfm.ckpt").exists());
     std::fs::write(dir.path("code.txt"), code_b).unwrap();
-    let out = run(true, None);
+    let out =
+        sketchfit(&["train", &p, "-o", model.to_str().unwrap(), "-q", "--resume", "--set", "run.checkpoint_every=1"]);
     assert_eq!(out.status.code(), Some(2), "a resume over an edited code file: {}", stderr(&out));
     assert!(!model.exists());
 }
@@ -382,11 +382,7 @@ fn a_resume_in_the_dual_over_a_statistics_checkpoint_is_refused_before_the_pass(
     std::fs::write(dir.path("p.toml"), text).unwrap();
     let p = dir.path("p.toml").to_string_lossy().into_owned();
     let model = dir.path("m.sfm").to_string_lossy().into_owned();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sketchfit"))
-        .args(["train", &p, "-o", &model, "-q", "--set", "run.checkpoint_every=1"])
-        .env("SKETCHFIT_TEST_ABORT_AFTER_UNITS", "2")
-        .output()
-        .unwrap();
+    let out = killed_train(&p, &model, 2);
     assert_ne!(out.status.code(), Some(0));
     let out = sketchfit(&["train", &p, "-o", &model, "--resume", "--set", "ridge.solver=dual"]);
     refused(&out, &["m.sfm.ckpt", "statistics", "dual"]);
