@@ -47,6 +47,7 @@ pub mod codes;
 pub mod container;
 pub mod error;
 pub mod rng;
+pub mod scoring;
 pub mod sketch;
 pub mod solve;
 pub mod source;

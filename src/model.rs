@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::codes::OutputCode;
 use crate::container::{ContainerError, Dtype};
 use crate::error::{Error, Result};
+use crate::scoring::{Head, Projector, Scorer};
 use crate::sketch::{FeaturePipeline, ParamArray, ParamData, Stage, StageSpec};
 use crate::solve::GcvCurve;
 use crate::source::{Classes, ResolvedFeatures};
@@ -238,53 +239,68 @@ fn f64_bytes(v: &[f64]) -> Vec<u8> {
 }
 
 impl Model {
-    /// Scores `f(x) = Wᵀz(x) + b` for a chunk (`rows × c`, f64). `z` is scratch of
-    /// `rows × D` f32 features, returned filled.
-    #[allow(clippy::expect_used)] // Invariant: `from_bytes` checked `weights` holds dim × c values.
+    /// Scores `f(x) = Wᵀz(x) + b` for a chunk (`rows × c`, f64), its rows split over
+    /// `threads` threads. `z` is kept for callers' scratch and left as it was; the
+    /// features are mapped and scored a cache-sized block at a time.
     pub fn scores(&self, x: &[f32], rows: usize, z: &mut Vec<f32>, threads: usize) -> Vec<f64> {
-        let (dim, c) = (self.header.dim, self.header.outputs);
-        z.resize(rows * dim, 0.0);
-        self.pipeline.map_chunk(x, rows, z, threads);
-        let w = ndarray::ArrayView2::from_shape((dim, c), &self.weights).expect("weights shape");
-        let mut out = Vec::with_capacity(rows * c);
-        const BLOCK: usize = 1024;
-        for start in (0..rows).step_by(BLOCK) {
-            let nb = BLOCK.min(rows - start);
-            let zb = ndarray::Array2::from_shape_fn((nb, dim), |(r, i)| f64::from(z[(start + r) * dim + i]));
-            let s = zb.dot(&w);
-            for r in 0..nb {
-                for k in 0..c {
-                    out.push(s[(r, k)] + self.bias[k]);
-                }
-            }
-        }
-        out
+        let _ = z;
+        let head = self.head();
+        self.split_rows(x, rows, threads, |s, xb, n| s.scores(&self.pipeline, &head, xb, n))
     }
 
     /// PCA features `p(x)` for a chunk (`rows × ΣE`), the blocks concatenated.
-    #[allow(clippy::expect_used)] // Invariant: `from_bytes` checked each basis holds len × E values.
     pub fn transform(&self, x: &[f32], rows: usize, z: &mut Vec<f32>, threads: usize) -> Vec<f64> {
-        let dim = self.header.dim;
-        z.resize(rows * dim, 0.0);
-        self.pipeline.map_chunk(x, rows, z, threads);
-        let total: usize = self.header.projections.iter().map(|p| p.components).sum();
-        let mut out = vec![0.0; rows * total];
-        let mut col = 0;
-        for (info, p) in self.header.projections.iter().zip(&self.projections) {
-            let (len, e) = (info.end - info.start, info.components);
-            let zc = ndarray::Array2::from_shape_fn((rows, len), |(r, i)| {
-                f64::from(z[r * dim + info.start + i]) - p.mean[i]
-            });
-            let u = ndarray::ArrayView2::from_shape((len, e), &p.basis).expect("basis shape");
-            let q = zc.dot(&u);
-            for r in 0..rows {
-                for j in 0..e {
-                    out[r * total + col + j] = q[(r, j)];
-                }
-            }
-            col += e;
+        let _ = z;
+        let projectors = self.projectors();
+        self.split_rows(x, rows, threads, |s, xb, n| s.project(&self.pipeline, &projectors, xb, n))
+    }
+
+    /// The linear head `Wᵀz + b` in the layout the score kernel reads.
+    pub fn head(&self) -> Head {
+        Head::new(&self.weights, &self.bias, self.header.dim)
+    }
+
+    /// The PCA blocks, borrowed from the model.
+    pub fn projectors(&self) -> Vec<Projector<'_>> {
+        self.header
+            .projections
+            .iter()
+            .zip(&self.projections)
+            .map(|(info, p)| Projector {
+                start: info.start,
+                mean: &p.mean,
+                basis: &p.basis,
+                components: info.components,
+            })
+            .collect()
+    }
+
+    /// `f` over contiguous parts of the rows, one per thread, results concatenated in
+    /// row order (each row's values do not depend on the split).
+    fn split_rows(
+        &self,
+        x: &[f32],
+        rows: usize,
+        threads: usize,
+        f: impl Fn(&mut Scorer, &[f32], usize) -> Vec<f64> + Sync,
+    ) -> Vec<f64> {
+        let d = self.header.features.dim;
+        let threads = threads.clamp(1, rows.max(1));
+        if threads == 1 || rows < 64 || d == 0 {
+            return f(&mut Scorer::default(), &x[..rows * d], rows);
         }
-        out
+        let per = rows.div_ceil(threads);
+        let parts: Vec<Vec<f64>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = x[..rows * d]
+                .chunks(per * d)
+                .map(|xb| {
+                    let f = &f;
+                    scope.spawn(move || f(&mut Scorer::default(), xb, xb.len() / d))
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+        });
+        parts.concat()
     }
 
     /// Predicted class index per row from scores (one-vs-all argmax, ties to the lower

@@ -14,7 +14,8 @@ use crate::atomic::AtomicFile;
 use crate::error::{Error, Location, Result};
 use crate::model::Model;
 use crate::pipeline::spec::Task;
-use crate::pipeline::stream::{check_nonnegative, progress, stream};
+use crate::pipeline::stream::{check_nonnegative, progress, stream_ordered};
+use crate::scoring::Scorer;
 use crate::source::{Chunk, Classes, ColumnSpec, Dataset, FeatureColumns};
 
 /// Where prediction reads rows from: Parquet files or record batches in memory.
@@ -56,6 +57,10 @@ fn open_rows(model: &Model, rows: Rows<'_>, with_truth: bool, keep: &[String]) -
     }
     Ok(ds)
 }
+
+/// Rows per chunk when the library scores rows in memory: enough for every worker to
+/// have a chunk of a large batch, few enough that a chunk's input stays small.
+const SCORE_CHUNK_ROWS: usize = 4096;
 
 /// Metrics of a model on labeled data.
 #[derive(Debug, Clone, Serialize)]
@@ -126,36 +131,41 @@ pub fn evaluate(
 ) -> Result<Evaluation> {
     let ds = open_for(model, inputs, true, &[])?;
     let bar = progress(ds.total_rows(), "evaluate", show);
-    let mut z = Vec::new();
     let h = &model.header;
     let c = h.outputs;
     let ncls = h.classes.as_ref().map_or(0, Classes::len);
     let mut confusion = vec![vec![0u64; ncls]; ncls];
     let (mut sse, mut sum, mut sumsq) = (vec![0.0; c], vec![0.0; c], vec![0.0; c]);
     let mut rows = 0u64;
-    stream(&ds, &ds.units(), chunk_rows, &mut |ch: Chunk| {
-        check_nonnegative(&model.pipeline, &ch, &model.header.features)?;
-        let scores = model.scores(&ch.x, ch.rows, &mut z, threads);
-        match (&h.task, &h.classes) {
+    let head = model.head();
+    let work = |ch: &Chunk, s: &mut Scorer| -> Result<(Vec<f64>, Vec<usize>)> {
+        check_nonnegative(&model.pipeline, ch, &h.features)?;
+        let scores = s.scores(&model.pipeline, &head, &ch.x, ch.rows);
+        let truth = match (&h.task, &h.classes) {
             (Task::Classification, Some(classes)) => {
                 let loc = ch.location.clone().column(h.label.clone().unwrap_or_default());
                 let labels = ch
                     .labels
                     .as_ref()
                     .ok_or_else(|| Error::Internal("classification model read no label column".into()))?;
-                let truth = classes.encode(labels, &loc)?;
-                for (t, p) in truth.iter().zip(model.classify(&scores)) {
-                    confusion[*t as usize][p] += 1;
-                }
+                classes.encode(labels, &loc)?.iter().map(|&t| t as usize).collect()
             }
-            _ => {
-                for r in 0..ch.rows {
-                    for k in 0..c {
-                        let y = ch.targets[r * c + k];
-                        sse[k] += (scores[r * c + k] - y).powi(2);
-                        sum[k] += y;
-                        sumsq[k] += y * y;
-                    }
+            _ => Vec::new(),
+        };
+        Ok((scores, truth))
+    };
+    stream_ordered(&ds, &ds.units(), chunk_rows.max(1), threads, &work, &mut |ch: Chunk, (scores, truth)| {
+        if h.classes.is_some() {
+            for (&t, p) in truth.iter().zip(model.classify(&scores)) {
+                confusion[t][p] += 1;
+            }
+        } else {
+            for r in 0..ch.rows {
+                for k in 0..c {
+                    let y = ch.targets[r * c + k];
+                    sse[k] += (scores[r * c + k] - y).powi(2);
+                    sum[k] += y;
+                    sumsq[k] += y * y;
                 }
             }
         }
@@ -275,14 +285,16 @@ pub fn score_rows(model: &Model, rows: Rows<'_>, pca: bool, threads: usize) -> R
     let ds = open_rows(model, rows, false, &[])?;
     let mut out = Vec::new();
     let mut n = 0;
-    let mut z = Vec::new();
-    stream(&ds, &ds.units(), 8192, &mut |ch: Chunk| {
-        check_nonnegative(&model.pipeline, &ch, &model.header.features)?;
-        let v = if pca {
-            model.transform(&ch.x, ch.rows, &mut z, threads)
+    let (head, projectors) = (model.head(), model.projectors());
+    let work = |ch: &Chunk, s: &mut Scorer| -> Result<Vec<f64>> {
+        check_nonnegative(&model.pipeline, ch, &model.header.features)?;
+        Ok(if pca {
+            s.project(&model.pipeline, &projectors, &ch.x, ch.rows)
         } else {
-            model.class_scores(&model.scores(&ch.x, ch.rows, &mut z, threads))
-        };
+            model.class_scores(&s.scores(&model.pipeline, &head, &ch.x, ch.rows))
+        })
+    };
+    stream_ordered(&ds, &ds.units(), SCORE_CHUNK_ROWS, threads, &work, &mut |ch, v| {
         out.extend_from_slice(&v);
         n += ch.rows;
         Ok(())
@@ -337,10 +349,10 @@ fn predict_stream(
 ) -> Result<()> {
     let c = model.header.outputs;
     let scored = score_names(model, opts).len();
-    let mut z = Vec::new();
-    stream(ds, &ds.units(), opts.chunk_rows.max(1), &mut |ch: Chunk| {
-        check_nonnegative(&model.pipeline, &ch, &model.header.features)?;
-        let scores = model.scores(&ch.x, ch.rows, &mut z, opts.threads);
+    let head = model.head();
+    let work = |ch: &Chunk, s: &mut Scorer| -> Result<RecordBatch> {
+        check_nonnegative(&model.pipeline, ch, &model.header.features)?;
+        let scores = s.scores(&model.pipeline, &head, &ch.x, ch.rows);
         let mut cols: Vec<ArrayRef> = ch.keep.clone();
         match &model.header.classes {
             Some(classes) => {
@@ -364,10 +376,10 @@ fn predict_stream(
                 }
             }
         }
-        let batch = RecordBatch::try_new(schema.clone(), cols)
-            .map_err(|e| Error::data(ch.location.clone(), format!("cannot assemble output rows: {e}")))?;
-        emit(batch)
-    })
+        RecordBatch::try_new(schema.clone(), cols)
+            .map_err(|e| Error::data(ch.location.clone(), format!("cannot assemble output rows: {e}")))
+    };
+    stream_ordered(ds, &ds.units(), opts.chunk_rows.max(1), opts.threads, &work, &mut |_, batch| emit(batch))
 }
 
 /// Writes the PCA features `p(x)` of `inputs` (a `FixedSizeList<f32, ΣE>` column `pca`,
@@ -391,18 +403,20 @@ pub fn transform(model: &Model, inputs: &[PathBuf], output: &Path, opts: &Predic
     let mut writer = ArrowWriter::try_new(out.take_file(), schema.clone(), None)
         .map_err(|source| Error::Parquet { location: Location::file(output), source })?;
     let bar = progress(ds.total_rows(), "transform", opts.progress);
-    let mut z = Vec::new();
     let mut rows = 0u64;
-    stream(&ds, &ds.units(), opts.chunk_rows, &mut |ch: Chunk| {
-        check_nonnegative(&model.pipeline, &ch, &model.header.features)?;
-        let p = model.transform(&ch.x, ch.rows, &mut z, opts.threads);
+    let projectors = model.projectors();
+    let work = |ch: &Chunk, s: &mut Scorer| -> Result<RecordBatch> {
+        check_nonnegative(&model.pipeline, ch, &model.header.features)?;
+        let p = s.project(&model.pipeline, &projectors, &ch.x, ch.rows);
         let values = arrow_array::Float32Array::from_iter_values(p.iter().map(|&v| v as f32));
         let list = arrow_array::FixedSizeListArray::try_new(item.clone(), e as i32, Arc::new(values), None)
             .map_err(|err| Error::data(ch.location.clone(), format!("cannot assemble PCA features: {err}")))?;
         let mut cols: Vec<ArrayRef> = ch.keep.clone();
         cols.push(Arc::new(list));
-        let batch = RecordBatch::try_new(schema.clone(), cols)
-            .map_err(|err| Error::data(ch.location.clone(), format!("cannot assemble output rows: {err}")))?;
+        RecordBatch::try_new(schema.clone(), cols)
+            .map_err(|err| Error::data(ch.location.clone(), format!("cannot assemble output rows: {err}")))
+    };
+    stream_ordered(&ds, &ds.units(), opts.chunk_rows.max(1), opts.threads, &work, &mut |ch, batch| {
         writer.write(&batch).map_err(|source| Error::Parquet { location: Location::file(output), source })?;
         rows += ch.rows as u64;
         bar.inc(ch.rows as u64);

@@ -41,6 +41,78 @@ pub fn stream(
     })
 }
 
+/// The work of [`stream_ordered`]: a chunk and the worker's own scratch to a result.
+pub type WorkFn<'a, S, T> = dyn Fn(&Chunk, &mut S) -> Result<T> + Sync + 'a;
+
+/// [`stream`] with the work on `workers` threads: the reader decodes, each worker turns
+/// whole chunks into results with its own scratch `S`, and `consume` gets every chunk and
+/// its result in input order on the calling thread (where the output is written). At
+/// most `workers + 2` chunks are alive at once — a token is taken before a chunk is
+/// read and given back once it is consumed — so memory is bounded whatever the rows.
+/// Chunk boundaries depend on `chunk_rows` alone, never on `workers`, so a result that
+/// depends only on its chunk is the same for every thread count. The first error in
+/// input order ends the stream, and is the one returned.
+pub fn stream_ordered<S: Default, T: Send>(
+    dataset: &Dataset,
+    units: &[Unit],
+    chunk_rows: usize,
+    workers: usize,
+    work: &WorkFn<'_, S, T>,
+    consume: &mut dyn FnMut(Chunk, T) -> Result<()>,
+) -> Result<()> {
+    let workers = workers.max(1);
+    let (token_tx, token_rx) = crossbeam_channel::bounded::<()>(workers + 2);
+    for _ in 0..workers + 2 {
+        let _ = token_tx.send(());
+    }
+    let (job_tx, job_rx) = crossbeam_channel::unbounded::<(usize, Result<Chunk>)>();
+    let (done_tx, done_rx) = crossbeam_channel::unbounded::<(usize, Result<(Chunk, T)>)>();
+    std::thread::scope(|scope| {
+        scope.spawn(move || {
+            let mut seq = 0;
+            for &unit in units {
+                let mut send = |c: Chunk| {
+                    token_rx.recv().map_err(|_| Error::Internal("consumer stopped".into()))?;
+                    job_tx.send((seq, Ok(c))).map_err(|_| Error::Internal("workers stopped".into()))?;
+                    seq += 1;
+                    Ok(())
+                };
+                if let Err(e) = dataset.read_unit(unit, chunk_rows, &mut send) {
+                    let _ = job_tx.send((seq, Err(e)));
+                    return;
+                }
+            }
+        });
+        for _ in 0..workers {
+            let (job_rx, done_tx) = (job_rx.clone(), done_tx.clone());
+            scope.spawn(move || {
+                let mut scratch = S::default();
+                for (seq, chunk) in job_rx.iter() {
+                    let out = chunk.and_then(|c| work(&c, &mut scratch).map(|t| (c, t)));
+                    if done_tx.send((seq, out)).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        // Owned here: an early return drops them before the join, so every thread stops.
+        let (done_rx, token_tx) = (done_rx, token_tx);
+        drop((job_rx, done_tx));
+        let mut waiting = std::collections::BTreeMap::new();
+        let mut next = 0;
+        for (seq, out) in done_rx.iter() {
+            waiting.insert(seq, out);
+            while let Some(out) = waiting.remove(&next) {
+                let (chunk, t) = out?;
+                consume(chunk, t)?;
+                let _ = token_tx.send(());
+                next += 1;
+            }
+        }
+        Ok(())
+    })
+}
+
 /// What [`stream_mapped`] hands the consumer, in input order.
 // One value per chunk of thousands of rows: boxing the chunk would save nothing measurable.
 #[allow(clippy::large_enum_variant)]
