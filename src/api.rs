@@ -15,12 +15,14 @@ use crate::error::{Error, Result};
 use crate::model::Model;
 use crate::pipeline::predict::score_rows;
 use crate::pipeline::predict::{predict_rows, PredictOptions, Rows};
-use crate::pipeline::run::fit_stages;
-use crate::pipeline::run::{
-    accumulate_part, prepare, prepare_inputs, solve_loaded, train_prepared, RunOptions, SolveOutcome, Statistics,
-};
+use crate::pipeline::run::train_prepared;
 use crate::pipeline::spec::{DataSpec, LambdaValue, NullLabels, PipelineSpec, Task};
-use crate::pipeline::stream::{check_nonnegative, stream};
+use crate::pipeline::stream::{check_nonnegative, nonnegative_message, stream};
+use crate::pipeline::SolveOutcome;
+use crate::pipeline::{
+    accumulate_part, fit_stages, prepare, prepare_inputs, solve_loaded, CheckedPipeline, Reporter, RunOptions,
+    RunReport, Statistics,
+};
 use crate::sketch::FeaturePipeline;
 use crate::sketch::StageSpec;
 use crate::source::{Chunk, Classes, ColumnSpec, Dataset, FeatureColumns, ResolvedFeatures};
@@ -172,18 +174,27 @@ impl Pipeline {
         &mut self.spec
     }
 
-    /// Checks every setting, naming the key of the first that is wrong.
-    pub fn check(&self) -> Result<()> {
+    /// Checks every setting, naming the key of the first that is wrong, and returns the
+    /// checked pipeline.
+    pub fn check(&self) -> Result<CheckedPipeline> {
         self.spec.check()
     }
 
     /// Fits on record batches in memory. Each batch is a unit of work (like a Parquet
     /// row group) and all must share one schema; errors name the batch, row and column.
     pub fn fit(&self, batches: impl IntoIterator<Item = RecordBatch>) -> Result<Model> {
-        self.check()?;
-        let data = Dataset::from_batches("record batches", batches.into_iter().collect(), self.spec.columns())?;
-        let prep = prepare_inputs(&self.spec, data, None, &mut |_| {})?;
-        train_prepared(&self.spec, &RunOptions::default(), prep, &mut |_| {})
+        self.fit_reported(batches).map(|(m, _)| m)
+    }
+
+    /// [`Pipeline::fit`], with what the run reported beside the model (its plan, memory,
+    /// passes, solve and λ).
+    pub fn fit_reported(&self, batches: impl IntoIterator<Item = RecordBatch>) -> Result<(Model, RunReport)> {
+        let checked = self.check()?;
+        let data = Dataset::from_batches("record batches", batches.into_iter().collect(), checked.columns())?;
+        let mut report = Reporter::silent();
+        let prep = prepare_inputs(&checked, data, None, &mut report)?;
+        let model = train_prepared(&checked, &RunOptions::default(), prep, &mut report)?;
+        Ok((model, report.take()))
     }
 
     /// The statistics of shard `i` of `n` of record batches in memory (every n-th batch,
@@ -195,12 +206,12 @@ impl Pipeline {
         batches: impl IntoIterator<Item = RecordBatch>,
         shard: (usize, usize),
     ) -> Result<Statistics> {
-        self.one_pass_only()?;
-        let mut spec = self.spec.clone();
-        spec.run.keep_statistics = true;
-        let data = Dataset::from_batches("record batches", batches.into_iter().collect(), spec.columns())?;
-        let prep = prepare_inputs(&spec, data, None, &mut |_| {})?;
-        accumulate_part(&spec, prep, shard, &RunOptions::default(), None, &mut |_| {})
+        let checked = self.one_pass_only()?;
+        let data = Dataset::from_batches("record batches", batches.into_iter().collect(), checked.columns())?;
+        let mut report = Reporter::silent();
+        let prep = prepare_inputs(&checked, data, None, &mut report)?;
+        let opts = RunOptions { keep_statistics: true, ..RunOptions::default() };
+        accumulate_part(&checked, prep, (shard, None), &opts, &mut report)
     }
 
     /// An in-memory fit that keeps what continues it: with at most `D/2` rows (and a
@@ -208,19 +219,18 @@ impl Pipeline {
     /// continuation is the rows themselves; otherwise the statistics of all the rows,
     /// which [`Pipeline::solve`] turns into the model [`Pipeline::fit`] would give.
     pub fn fit_or_accumulate(&self, batches: impl IntoIterator<Item = RecordBatch>) -> Result<InMemoryFit> {
-        self.one_pass_only()?;
-        self.check()?;
-        let data = Dataset::from_batches("record batches", batches.into_iter().collect(), self.spec.columns())?;
-        let prep = prepare_inputs(&self.spec, data, None, &mut |_| {})?;
-        if prep.dual {
-            return Ok(InMemoryFit::Model(Box::new(train_prepared(
-                &self.spec,
-                &RunOptions::default(),
-                prep,
-                &mut |_| {},
-            )?)));
+        let checked = self.one_pass_only()?;
+        let data = Dataset::from_batches("record batches", batches.into_iter().collect(), checked.columns())?;
+        let mut report = Reporter::silent();
+        let prep = prepare_inputs(&checked, data, None, &mut report)?;
+        let (plan, memory) = crate::pipeline::Plan::decide(&checked, &prep.facts(), &RunOptions::default())?;
+        memory.check()?;
+        if plan.keeps_rows() {
+            let model = train_prepared(&checked, &RunOptions::default(), prep, &mut report)?;
+            return Ok(InMemoryFit::Model(Box::new(model)));
         }
-        let stats = accumulate_part(&self.spec, prep, (0, 1), &RunOptions::default(), None, &mut |_| {})?;
+        let opts = RunOptions { keep_statistics: true, ..RunOptions::default() };
+        let stats = accumulate_part(&checked, prep, ((0, 1), None), &opts, &mut report)?;
         Ok(InMemoryFit::Statistics(Box::new(stats)))
     }
 
@@ -233,18 +243,19 @@ impl Pipeline {
         self.one_pass_only()?;
         let mut spec = self.spec.clone();
         spec.data.train = files.into_iter().map(Into::into).collect();
-        spec.run.keep_statistics = true;
-        spec.check()?;
-        let prep = prepare(&spec, &mut |_| {})?;
-        accumulate_part(&spec, prep, shard, &RunOptions::default(), None, &mut |_| {})
+        let checked = spec.check()?;
+        let mut report = Reporter::silent();
+        let prep = prepare(&checked, &mut report)?;
+        let opts = RunOptions { keep_statistics: true, ..RunOptions::default() };
+        accumulate_part(&checked, prep, (shard, None), &opts, &mut report)
     }
 
     /// Merges the shards' statistics (each once, all from this pipeline and data, none
     /// missing) and solves them into a model: the model one process would fit.
     pub fn solve(&self, parts: Vec<Statistics>) -> Result<Model> {
-        self.one_pass_only()?;
-        self.check()?;
-        match solve_loaded(&self.spec, parts, false, None, None, &mut |_| {})? {
+        let checked = self.one_pass_only()?;
+        let opts = RunOptions { from_parts: true, ..RunOptions::default() };
+        match solve_loaded(&checked, parts, (false, None, None), &opts, &mut Reporter::silent())? {
             SolveOutcome::Model(m) => Ok(*m),
             SolveOutcome::Pass1Merged => Err(Error::Internal("a one-pass solve merged pass one".into())),
         }
@@ -253,11 +264,12 @@ impl Pipeline {
     /// Adds record batches to statistics this pipeline accumulated, mapped with their
     /// fitted parameters (see [`Statistics::add`]).
     pub fn add(&self, stats: &mut Statistics, batches: impl IntoIterator<Item = RecordBatch>) -> Result<()> {
-        self.one_pass_only()?;
-        stats.add(&self.spec, batches.into_iter().collect())
+        let checked = self.one_pass_only()?;
+        stats.add(&checked, batches.into_iter().collect())
     }
 
-    fn one_pass_only(&self) -> Result<()> {
+    /// The checked pipeline, refused when it has two passes.
+    fn one_pass_only(&self) -> Result<CheckedPipeline> {
         if self.spec.passes != 1 {
             return Err(Error::config(
                 &self.spec.source,
@@ -265,16 +277,17 @@ impl Pipeline {
                 "the library's accumulate and solve are one-pass; shard a two-pass run with the command line's `accumulate --pass1`",
             ));
         }
-        Ok(())
+        self.check()
     }
 
     /// Fits on Parquet files (paths or globs), streamed in bounded memory.
     pub fn fit_files<P: Into<PathBuf>>(&self, files: impl IntoIterator<Item = P>) -> Result<Model> {
         let mut spec = self.spec.clone();
         spec.data.train = files.into_iter().map(Into::into).collect();
-        spec.check()?;
-        let prep = prepare(&spec, &mut |_| {})?;
-        train_prepared(&spec, &RunOptions::default(), prep, &mut |_| {})
+        let checked = spec.check()?;
+        let mut report = Reporter::silent();
+        let prep = prepare(&checked, &mut report)?;
+        train_prepared(&checked, &RunOptions::default(), prep, &mut report)
     }
 }
 
@@ -348,14 +361,9 @@ impl Model {
         if let Some(p) = x.iter().position(|v| !v.is_finite()) {
             return Err(self.refuse(format!("row {}, feature {}: value {} is not finite", p / d, p % d, x[p])));
         }
-        if self.header.stages.iter().any(StageSpec::needs_nonnegative) {
+        if self.pipeline.needs_nonnegative() {
             if let Some(p) = x.iter().position(|&v| v < 0.0) {
-                return Err(self.refuse(format!(
-                    "row {}, feature {}: value {} is negative; the model's χ² stages need non-negative inputs",
-                    p / d,
-                    p % d,
-                    x[p]
-                )));
+                return Err(self.refuse(format!("row {}, feature {}: {}", p / d, p % d, nonnegative_message(x[p]))));
             }
         }
         Ok(x.len() / d)
@@ -389,7 +397,17 @@ impl FeatureMap {
         if spec.stages.is_empty() {
             return Err(Error::config(&spec.source, "stages", "a feature map needs at least one stage"));
         }
-        let data = Dataset::from_batches("record batches", batches.into_iter().collect(), spec.feature_only_columns())?;
+        let columns = ColumnSpec {
+            features: match &spec.data.feature_list {
+                Some(l) => FeatureColumns::List(l.clone()),
+                None => FeatureColumns::Columns(spec.data.features.clone()),
+            },
+            label: None,
+            targets: Vec::new(),
+            keep: Vec::new(),
+            null_labels_unlabeled: false,
+        };
+        let data = Dataset::from_batches("record batches", batches.into_iter().collect(), columns)?;
         let stages = fit_stages(spec, &data)?;
         let d = data.dim();
         Ok(FeatureMap {
@@ -456,8 +474,9 @@ impl FeatureMap {
         let dim = self.dim();
         let mut out = vec![0f32; usize::try_from(data.total_rows()).unwrap_or(usize::MAX).saturating_mul(dim)];
         let mut at = 0;
+        let needs = self.pipeline.needs_nonnegative();
         stream(&data, &data.units(), 8192, &mut |ch: Chunk| {
-            check_nonnegative(&self.pipeline, &ch, f)?;
+            check_nonnegative(needs, &ch, f)?;
             let end = at + ch.rows * dim;
             let block =
                 out.get_mut(at..end).ok_or_else(|| Error::Internal("more rows than the batches hold".into()))?;

@@ -200,11 +200,15 @@ impl Drop for AtomicFile {
     }
 }
 
-/// Writes `bytes` to `target` atomically.
+/// Writes `bytes` to `target` atomically, reading them back before the rename.
 pub fn write_bytes(target: &Path, bytes: &[u8]) -> Result<()> {
     use std::io::Write;
     let mut out = AtomicFile::create(target)?;
     let tmp = out.tmp.clone();
-    out.file().write_all(bytes).map_err(|e| Error::io(tmp, e))?;
+    out.file().write_all(bytes).and_then(|()| out.file().sync_all()).map_err(|e| Error::io(&tmp, e))?;
+    let back = std::fs::read(&tmp).map_err(|e| Error::io(&tmp, e))?;
+    if back != bytes {
+        return Err(Error::io(&tmp, std::io::Error::other("the file read back differs from what was written")));
+    }
     out.commit()
 }

@@ -271,14 +271,9 @@ impl OutputCode {
     }
 }
 
+/// The index of the largest value, ties to the lowest (`metrics::best_index`).
 fn argmax(v: impl Iterator<Item = f64>) -> usize {
-    let mut best = (0, f64::NEG_INFINITY);
-    for (k, s) in v.enumerate() {
-        if k == 0 || s > best.1 {
-            best = (k, s);
-        }
-    }
-    best.0
+    crate::metrics::best_of(v, true, false)
 }
 
 /// Whether no two rows are equal (sorting, so many classes stay cheap).

@@ -85,6 +85,14 @@ pub enum Error {
         /// What is wrong and what to do.
         message: String,
     },
+    /// A command-line flag or argument is wrong.
+    #[error("{flag}: {message}")]
+    Usage {
+        /// The flag or argument (`--shard`, `PART`).
+        flag: String,
+        /// What is wrong and what to do.
+        message: String,
+    },
     /// The input data does not fit what the pipeline asks for.
     #[error("{location}: {message}")]
     Data {
@@ -154,6 +162,10 @@ impl Error {
     pub fn config(file: impl Into<String>, key: impl Into<String>, message: impl Into<String>) -> Self {
         Error::Config { file: file.into(), key: key.into(), message: message.into() }
     }
+    /// A command-line usage error.
+    pub fn usage(flag: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::Usage { flag: flag.into(), message: message.into() }
+    }
     /// A data error at `location`.
     pub fn data(location: Location, message: impl Into<String>) -> Self {
         Error::Data { location, message: message.into() }
@@ -183,6 +195,7 @@ impl Error {
         matches!(
             self,
             Error::Config { .. }
+                | Error::Usage { .. }
                 | Error::Data { .. }
                 | Error::Parquet { .. }
                 | Error::BadModel { .. }

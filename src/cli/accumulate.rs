@@ -1,8 +1,9 @@
 use std::path::PathBuf;
 
 use sketchfit::error::Result;
-use sketchfit::pipeline::run::{accumulate_shard, parse_shard, RunOptions};
 use sketchfit::pipeline::spec::PipelineSpec;
+use sketchfit::pipeline::RunOptions;
+use sketchfit::pipeline::{accumulate_shard, parse_shard};
 
 /// `sketchfit accumulate PIPELINE --shard i/N -o PART`
 #[derive(Debug, clap::Args)]
@@ -39,6 +40,7 @@ pub fn run(a: Args) -> Result<()> {
         set.push(format!("run.threads={t}"));
     }
     let spec = PipelineSpec::load(&a.pipeline, &set)?;
+    let checked = spec.check()?;
     let shard = parse_shard(&a.shard)?;
     let mut ck = a.output.clone().into_os_string();
     ck.push(".ckpt");
@@ -48,13 +50,10 @@ pub fn run(a: Args) -> Result<()> {
         checkpoint: (spec.run.checkpoint_every > 0).then(|| checkpoint.clone()),
         resume: a.resume,
         output: Some(a.output.clone()),
+        ..RunOptions::default()
     };
-    let quiet = a.quiet;
-    accumulate_shard(&spec, shard, &a.output, &opts, a.pass1.as_deref(), &mut |l| {
-        if !quiet {
-            eprintln!("{l}");
-        }
-    })?;
+    let mut reporter = super::reporter(a.quiet);
+    accumulate_shard(&checked, shard, &a.output, &opts, a.pass1.as_deref(), &mut reporter)?;
     let _ = std::fs::remove_file(&checkpoint);
     super::print_out(&format!("shard {}/{} statistics written to {}\n", shard.0, shard.1, a.output.display()))
 }

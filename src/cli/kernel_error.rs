@@ -38,7 +38,7 @@ pub fn run(a: Args) -> Result<()> {
             "at most 20000 rows (the exact kernel is sample² entries)",
         ));
     }
-    let report = kernel_error(&spec, &a.input, a.sample, a.seeds, a.plot.is_some())?;
+    let report = kernel_error(&spec.check()?, &a.input, a.sample, a.seeds, a.plot.is_some())?;
     if let Some(p) = &a.plot {
         sketchfit::atomic::write_bytes(p, report.to_svg().as_bytes())?;
     }

@@ -42,7 +42,7 @@ impl SketchArgs {
     pub fn setup(&self, threads: usize) -> Result<Setup> {
         if let Some(p) = &self.pipeline {
             let spec = PipelineSpec::load(p, &[])?;
-            let cols = ColumnSpec { label: None, targets: Vec::new(), ..spec.feature_only_columns() };
+            let cols = spec.check()?.feature_only_columns();
             return Ok(Setup {
                 cols,
                 stages: spec.stages.clone(),

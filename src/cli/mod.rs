@@ -86,6 +86,23 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// The reporter of a command: every line to stderr unless `quiet`.
+fn reporter(quiet: bool) -> sketchfit::pipeline::Reporter {
+    sketchfit::pipeline::Reporter::new(Box::new(move |line: &str| {
+        if !quiet {
+            eprintln!("{line}");
+        }
+    }))
+}
+
+/// Writes what a run reported as JSON where `--report` asks (atomically, read back).
+fn write_report(path: Option<&std::path::Path>, report: &sketchfit::pipeline::RunReport) -> Result<(), Error> {
+    let Some(path) = path else { return Ok(()) };
+    let text =
+        serde_json::to_string_pretty(report).map_err(|e| Error::Internal(format!("the run report as JSON: {e}")))?;
+    sketchfit::atomic::write_bytes(path, text.as_bytes())
+}
+
 /// Threads from a flag (0 or absent: all cores).
 fn threads(flag: Option<usize>) -> usize {
     match flag {

@@ -2,8 +2,8 @@ use std::path::PathBuf;
 
 use sketchfit::error::Result;
 use sketchfit::pipeline::predict::{evaluate, Evaluation};
-use sketchfit::pipeline::run::{solve_parts, SolveOutcome};
 use sketchfit::pipeline::spec::PipelineSpec;
+use sketchfit::pipeline::{solve_parts, SolveOutcome};
 
 /// `sketchfit solve PIPELINE PART… -o MODEL`
 #[derive(Debug, clap::Args)]
@@ -28,18 +28,22 @@ pub struct Args {
     /// Two-pass pipelines: the merged pass-one file the pass-two parts projected with.
     #[arg(long)]
     pass1: Option<PathBuf>,
+    /// Also write what the solve reported (plan, memory, solve, λ, warnings) as JSON.
+    #[arg(long, value_name = "REPORT.json")]
+    report: Option<PathBuf>,
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let mut spec = PipelineSpec::load(&a.pipeline, &a.set)?;
-    // The parts are the statistics on disk: a large fixed-λ solve may consume them.
-    spec.run.stats_on_disk = true;
+    let spec = PipelineSpec::load(&a.pipeline, &a.set)?;
+    let checked = spec.check()?;
     let quiet = a.quiet;
-    let outcome = solve_parts(&spec, &a.parts, a.allow_partial, a.pass1.as_deref(), &a.output, &mut |l| {
-        if !quiet {
-            eprintln!("{l}");
-        }
-    })?;
+    if let Some(r) = &a.report {
+        sketchfit::atomic::check_output(r)?;
+    }
+    let mut reporter = super::reporter(quiet);
+    // The parts are the statistics on disk: a large fixed-λ solve may consume them.
+    let outcome = solve_parts(&checked, &a.parts, (a.allow_partial, a.pass1.as_deref()), &a.output, &mut reporter)?;
+    super::write_report(a.report.as_deref(), &reporter.report)?;
     let model = match outcome {
         SolveOutcome::Model(m) => *m,
         SolveOutcome::Pass1Merged => {
@@ -60,9 +64,13 @@ pub fn run(a: Args) -> Result<()> {
         sketchfit::pipeline::stream::lambda_text(&h.lambdas)
     );
     if !spec.data.test.is_empty() {
-        if let Evaluation::Classification { rows, accuracy, .. } =
-            evaluate(&model, &spec.data.test, spec.run.chunk_rows, spec.threads(), !quiet)?
-        {
+        if let Evaluation::Classification { rows, accuracy, .. } = evaluate(
+            &model,
+            &spec.data.test,
+            spec.run.chunk_rows,
+            sketchfit::pipeline::RunOptions::default().threads_for(&checked),
+            !quiet,
+        )? {
             out += &format!("test accuracy: {accuracy:.4} ({rows} rows)\n");
         }
     }

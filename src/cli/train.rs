@@ -2,8 +2,8 @@ use std::path::PathBuf;
 
 use sketchfit::error::Result;
 use sketchfit::pipeline::predict::{evaluate, Evaluation};
-use sketchfit::pipeline::run::RunOptions;
 use sketchfit::pipeline::spec::PipelineSpec;
+use sketchfit::pipeline::RunOptions;
 
 /// `sketchfit train PIPELINE -o MODEL`
 #[derive(Debug, clap::Args)]
@@ -25,6 +25,9 @@ pub struct Args {
     /// Continue from the checkpoint (run.checkpoint, default MODEL.ckpt) of an interrupted run.
     #[arg(long)]
     resume: bool,
+    /// Also write what the run reported (plan, memory, passes, solve, λ, warnings) as JSON.
+    #[arg(long, value_name = "REPORT.json")]
+    report: Option<PathBuf>,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -32,7 +35,8 @@ pub fn run(a: Args) -> Result<()> {
     if let Some(t) = a.threads {
         set.push(format!("run.threads={t}"));
     }
-    let mut spec = PipelineSpec::load(&a.pipeline, &set)?;
+    let spec = PipelineSpec::load(&a.pipeline, &set)?;
+    let checked = spec.check()?;
     let quiet = a.quiet;
     let checkpoint = (spec.run.checkpoint_every > 0).then(|| {
         spec.run.checkpoint.clone().unwrap_or_else(|| {
@@ -41,23 +45,25 @@ pub fn run(a: Args) -> Result<()> {
             p.into()
         })
     });
-    spec.run.stats_on_disk = checkpoint.is_some();
     // Test files are read after training: register them now so that an output onto
     // one of them is refused before the pass, not after it.
     for t in sketchfit::source::expand_paths(&spec.data.test).unwrap_or_default() {
         sketchfit::atomic::register_input(&t);
     }
+    if let Some(r) = &a.report {
+        sketchfit::atomic::check_output(r)?;
+    }
     let opts = RunOptions {
         progress: !quiet,
+        stats_on_disk: checkpoint.is_some(),
         checkpoint: checkpoint.clone(),
         resume: a.resume,
         output: Some(a.output.clone()),
+        ..RunOptions::default()
     };
-    let model = sketchfit::pipeline::run::train(&spec, &opts, &mut |line| {
-        if !quiet {
-            eprintln!("{line}");
-        }
-    })?;
+    let threads = opts.threads_for(&checked);
+    let mut reporter = super::reporter(quiet);
+    let model = sketchfit::pipeline::run::train(&checked, &opts, &mut reporter)?;
     let h = &model.header;
     let mut out = format!(
         "trained on {} rows: D = {}, components = {}, outputs = {}, lambda = {}\n",
@@ -68,7 +74,7 @@ pub fn run(a: Args) -> Result<()> {
         sketchfit::pipeline::stream::lambda_text(&h.lambdas)
     );
     if !spec.data.test.is_empty() {
-        match evaluate(&model, &spec.data.test, spec.run.chunk_rows, spec.threads(), !quiet)? {
+        match evaluate(&model, &spec.data.test, spec.run.chunk_rows, threads, !quiet)? {
             Evaluation::Classification { rows, accuracy, .. } => {
                 out += &format!("test accuracy: {:.4} ({rows} rows)\n", accuracy);
             }
@@ -80,6 +86,7 @@ pub fn run(a: Args) -> Result<()> {
         }
     }
     model.save(&a.output)?;
+    super::write_report(a.report.as_deref(), &reporter.report)?;
     if let Some(c) = &checkpoint {
         // The run is complete: its checkpoint has served.
         let _ = std::fs::remove_file(c);

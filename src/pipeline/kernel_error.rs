@@ -9,7 +9,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::pipeline::spec::PipelineSpec;
+use crate::pipeline::check::CheckedPipeline;
 use crate::pipeline::stream::reservoir;
 use crate::sketch::{Stage, StageSpec};
 use crate::source::Dataset;
@@ -121,20 +121,18 @@ fn measure(spec: &StageSpec, index: usize, sample: &Sample, seeds: usize, base_s
 
 /// Runs the comparison on `inputs` (or the pipeline's training files).
 pub fn kernel_error(
-    spec: &PipelineSpec,
+    checked: &CheckedPipeline,
     inputs: &[std::path::PathBuf],
     sample: usize,
     seeds: usize,
     sweep: bool,
 ) -> Result<KernelErrorReport> {
     if sample < 2 || seeds == 0 {
-        return Err(Error::config("command line", "--sample/--seeds", "need at least 2 rows and 1 seed"));
+        return Err(Error::usage("--sample/--seeds", "need at least 2 rows and 1 seed"));
     }
+    let spec = checked.spec();
     let files = if inputs.is_empty() { &spec.data.train } else { inputs };
-    let mut cols = spec.columns();
-    cols.label = None;
-    cols.targets.clear();
-    let ds = Dataset::open(files, cols)?;
+    let ds = Dataset::open(files, checked.feature_only_columns())?;
     let d = ds.dim();
     let x = reservoir(&ds, sample, spec.run.seed, spec.run.chunk_rows, &mut |_| Ok(()))?;
     let n = x.len() / d;

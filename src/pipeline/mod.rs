@@ -1,32 +1,51 @@
-//! Pipeline files and the drivers that run them. One direction of data: a spec
-//! ([`spec`]) is planned (`plan`: inputs, classes, output code, pre-pass sample, fitted
-//! stages, shift, memory; `paths`: the solve path and its bytes), streamed (`stream`)
-//! through the pass loop (`pass`, over the `state`, with `checkpoint`s), solved
-//! (`solve_step`, with per-stage PCA in `projection` and λ by `validation`), and
-//! assembled into a model. [`run`] is the entry point for one process; `shards` holds
-//! `accumulate` and `solve` across processes. [`predict`], [`kernel_error`] and
-//! [`mmd`] are the other commands' drivers.
+//! Pipeline files and the drivers that run them, in one direction:
+//!
+//! - the file ([`spec`], read by `spec_toml`) is checked into a [`check::CheckedPipeline`]
+//!   of typed values;
+//! - `prepare` opens the inputs, scans the classes, fits the maps on the pre-pass sample;
+//! - the planner ([`plan`]) decides the run once — primal with its solve path, dual,
+//!   k-fold, candidates, two passes, sparse — and its memory;
+//! - `pass` streams every unit into the plan's accumulation (`accumulate`, one
+//!   interface for every mode), with `checkpoint`s; `shards` and `incremental` do the
+//!   same across processes and batches, through `parts`;
+//! - the accumulation solves itself (`ridge`, `sparse`, `projection`), λ settled by one
+//!   selection interface (`select`), and `assemble` builds the model once;
+//! - [`report`] carries what the run reports beside the model.
+//!
+//! [`predict`], [`kernel_error`] and [`mmd`] are the other commands' drivers; [`stream`]
+//! holds the streaming helpers they share.
 
+mod accumulate;
+mod assemble;
 mod candidate_spec;
-pub mod candidates;
+pub mod check;
 mod checkpoint;
-mod header;
 mod incremental;
 pub mod kernel_error;
-pub mod kfold;
+mod keys;
 pub mod mmd;
+mod parts;
 mod pass;
-mod paths;
-mod plan;
+pub mod plan;
 pub mod predict;
+mod prepare;
 mod projection;
-mod ridge_step;
+pub mod report;
+mod ridge;
 pub mod run;
+mod select;
 mod shards;
-mod solve_step;
+mod solve_ctx;
 mod sparse;
 pub mod spec;
 mod spec_toml;
-mod state;
 pub mod stream;
-mod validation;
+
+pub use check::CheckedPipeline;
+pub use parts::{parse_shard, FileKind, Statistics};
+pub use plan::{Plan, RunOptions};
+pub(crate) use prepare::fit_stages;
+pub use prepare::{prepare, prepare_inputs, FittedMap, Prepared, WorkUnit};
+pub use report::{Reporter, RunReport};
+pub(crate) use shards::{accumulate_part, solve_loaded};
+pub use shards::{accumulate_shard, solve_parts, SolveOutcome};

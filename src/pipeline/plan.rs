@@ -1,515 +1,22 @@
-//! Planning a run before its first row: open and check the inputs, scan the classes,
-//! choose the output code, draw the pre-pass sample, fit the stages and the shift, and
-//! state (and check) the memory the run and its solve path need.
+//! The planner: a [`CheckedPipeline`], what the inputs are ([`Facts`]) and how the run is
+//! driven ([`RunOptions`]) become one [`Plan`] before the first row is read. Every rule
+//! that depends on the data or the run — dual or primal, the solve path `auto` takes,
+//! dense or block Krylov PCA, in place or not, whether the statistics fit in memory — is
+//! decided here, once, and the refusal names its key. The pass, the checkpoints, the shards
+//! and the solve run the plan and never re-derive it.
 
 use std::path::PathBuf;
 
-use crate::codes::OutputCode;
-use crate::error::{Error, Location, Result};
-use crate::pipeline::paths::memory_limit;
-use crate::pipeline::paths::solve_bytes;
-use crate::pipeline::paths::solve_path;
-use crate::pipeline::spec::{Codes, PipelineSpec, ShiftMode, Task};
-use crate::pipeline::stream::{sample_mean, Reservoir};
-use crate::rng::StageRng;
-use crate::sketch::{FeaturePipeline, StageSpec};
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::pipeline::check::{CheckedPipeline, Learner, PcaSettings, Selection, SparseSettings, DUAL_NEEDS};
+use crate::pipeline::spec::PcaMethod;
+use crate::solve::dual::RowStats;
 use crate::solve::{Components, LambdaChoice, SolvePath};
-use crate::source::{Chunk, Classes, Dataset, ResolvedFeatures, Unit};
 use crate::stats::GramStats;
 
-/// A row group of the labeled (`unlabeled = false`) or unlabeled inputs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WorkUnit {
-    /// From the unlabeled inputs.
-    pub unlabeled: bool,
-    /// The row group.
-    pub unit: Unit,
-}
-
-/// Everything fixed before the first main-pass row.
-#[derive(Debug)]
-pub struct Prepared {
-    /// Labeled inputs.
-    pub labeled: Dataset,
-    /// Unlabeled inputs.
-    pub unlabeled: Option<Dataset>,
-    /// Classes (classification).
-    pub classes: Option<Classes>,
-    /// How classes become targets (classification).
-    pub code: Option<OutputCode>,
-    /// Outputs.
-    pub c: usize,
-    /// Stages with fitted parameters.
-    pub stages: Vec<StageSpec>,
-    /// The map.
-    pub pipeline: FeaturePipeline,
-    /// The accumulator shift.
-    pub shift: Vec<f64>,
-    /// Fingerprint of what decides the statistics.
-    pub fingerprint: String,
-    /// Every unit, labeled inputs first.
-    pub work: Vec<WorkUnit>,
-    /// Rows may be unlabeled (unlabeled files or null labels).
-    pub semi: bool,
-    /// The run keeps its mapped rows and solves in the dual (`paths::takes_dual`).
-    pub dual: bool,
-    /// Kernel candidates after the first (`stages.N.candidates`; the first is the
-    /// prepared map itself): each one's pipeline spec, fitted stages, map and shift.
-    pub alternatives: Vec<Alternative>,
-}
-
-/// One more kernel candidate of a run, fitted on the same pre-pass sample.
-#[derive(Debug)]
-pub struct Alternative {
-    /// The candidate's own pipeline (no candidates).
-    pub spec: PipelineSpec,
-    /// Its fitted stages.
-    pub stages: Vec<StageSpec>,
-    /// Its map.
-    pub pipeline: FeaturePipeline,
-    /// Its accumulator shift.
-    pub shift: Vec<f64>,
-}
-
-pub(crate) fn mib(b: u64) -> String {
-    format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64)
-}
-
-impl Prepared {
-    #[allow(clippy::expect_used)] // Invariant: units are marked unlabeled only when unlabeled inputs were opened.
-    pub(crate) fn dataset(&self, unlabeled: bool) -> &Dataset {
-        if unlabeled {
-            self.unlabeled.as_ref().expect("unlabeled units come from the unlabeled inputs")
-        } else {
-            &self.labeled
-        }
-    }
-
-    /// The features as resolved on the first labeled file.
-    pub fn features(&self) -> &ResolvedFeatures {
-        &self.labeled.features
-    }
-
-    /// A unit's identity for shard manifests: (unlabeled, file path, row group).
-    pub(crate) fn unit_id(&self, w: &WorkUnit) -> (bool, String, usize) {
-        (w.unlabeled, self.dataset(w.unlabeled).files[w.unit.file].path.display().to_string(), w.unit.row_group)
-    }
-}
-
-/// Opens and checks the inputs, scans the classes, fits the stages and the shift on
-/// the pre-pass sample, and checks the memory the run needs.
-pub fn prepare(spec: &PipelineSpec, say: &mut dyn FnMut(&str)) -> Result<Prepared> {
-    if spec.data.train.is_empty() {
-        return Err(Error::config(&spec.source, "data.train", "no training files given"));
-    }
-    let labeled = Dataset::open(&spec.data.train, spec.columns())?;
-    let unlabeled = if spec.data.unlabeled.is_empty() {
-        None
-    } else {
-        Some(Dataset::open(&spec.data.unlabeled, spec.feature_only_columns())?)
-    };
-    prepare_inputs(spec, labeled, unlabeled, say)
-}
-
-/// [`prepare`] on inputs already opened (files, or batches in memory).
-pub fn prepare_inputs(
-    spec: &PipelineSpec,
-    labeled: Dataset,
-    unlabeled: Option<Dataset>,
-    say: &mut dyn FnMut(&str),
-) -> Result<Prepared> {
-    let d = labeled.dim();
-    let unlabeled = match unlabeled {
-        None => None,
-        Some(u) => {
-            same_features(&labeled, &u, "unlabeled")?;
-            Some(u)
-        }
-    };
-    for (files, what) in [(&spec.data.test, "test"), (&spec.data.validation, "validation")] {
-        if !files.is_empty() {
-            same_features(&labeled, &Dataset::open(files, ColumnsFor::labeled(spec))?, what)?;
-        }
-    }
-    let classes = match spec.task {
-        Task::Classification => {
-            let classes = match &spec.data.classes {
-                Some(given) => given.clone(),
-                None => labeled.scan_classes()?,
-            };
-            if classes.len() < 2 {
-                return Err(Error::data(
-                    labeled.files[0].location().column(spec.data.label.clone().unwrap_or_default()),
-                    format!(
-                        "the label column has {} distinct value(s); classification needs at least 2",
-                        classes.len()
-                    ),
-                ));
-            }
-            Some(classes)
-        }
-        Task::Regression => None,
-    };
-    let code = match &classes {
-        Some(k) => Some(output_code(spec, k.len())?),
-        None => None,
-    };
-    let c = code.as_ref().map_or(spec.data.targets.len(), OutputCode::outputs);
-    let mut work: Vec<WorkUnit> = labeled.units().into_iter().map(|unit| WorkUnit { unlabeled: false, unit }).collect();
-    if let Some(u) = &unlabeled {
-        work.extend(u.units().into_iter().map(|unit| WorkUnit { unlabeled: true, unit }));
-    }
-    let semi = unlabeled.is_some() || spec.columns().null_labels_unlabeled;
-
-    let mut check = negative_check(spec, labeled.features.clone());
-    let sample = prepass_sample(&labeled, unlabeled.as_ref(), &work, spec, &mut check)?;
-    // With candidates, the prepared map is the first candidate's; the others follow it.
-    let mut candidates = spec.candidate_specs()?.into_iter();
-    let first = candidates.next().ok_or_else(|| Error::Internal("no candidate pipelines".into()))?;
-    // Stage errors found only with the data (a down_dim at or above the map's width)
-    // name the pipeline file and, with candidates, the candidate.
-    let candidate = |j: usize| {
-        spec.candidates.as_ref().and_then(|c| c.values.get(j).map(|v| format!("stages.{}.{} = {v}", c.stage, c.key)))
-    };
-    let place = |j: usize| move |e: Error| e.in_pipeline(&spec.source, candidate(j).as_deref());
-    let stages: Vec<StageSpec> = first
-        .stages
-        .iter()
-        .enumerate()
-        .map(|(i, s)| s.fit(&sample, d, spec.run.seed, i))
-        .collect::<Result<_>>()
-        .map_err(place(0))?;
-    for (i, st) in stages.iter().enumerate() {
-        let t = match st {
-            StageSpec::GaussianSketch(g) => g.truncation,
-            StageSpec::GaussianSketchHd(g) => g.truncation,
-            _ => None,
-        };
-        if let Some(t) = t.filter(|&t| t > 64) {
-            say(&format!(
-                "warning: stage {i}: the Gaussian sketch needs {t} terms: the bandwidth is small next to the data's spread; random Fourier features suit better"
-            ));
-        }
-    }
-    let pipeline = FeaturePipeline::build(&stages, d, spec.run.seed).map_err(place(0))?;
-    let threads = spec.threads();
-    let shift = match spec.run.shift {
-        ShiftMode::Zero => vec![0.0; pipeline.output_dim()],
-        ShiftMode::Sample => sample_mean(&pipeline, &sample, threads),
-    };
-    // The resolved inputs (every file's path, size and footer) are part of what a
-    // checkpoint or a shard must match: a glob that gains a file cannot resume.
-    let files: Vec<String> =
-        labeled.identity().into_iter().chain(unlabeled.iter().flat_map(Dataset::identity)).collect();
-    let fingerprint = spec.fingerprint(&stages, spec.run.shift, &files, code.as_ref());
-    let mut alternatives = Vec::new();
-    for (j, alt) in candidates.enumerate() {
-        let stages: Vec<StageSpec> = alt
-            .stages
-            .iter()
-            .enumerate()
-            .map(|(i, s)| s.fit(&sample, d, spec.run.seed, i))
-            .collect::<Result<_>>()
-            .map_err(place(j + 1))?;
-        let pipeline = FeaturePipeline::build(&stages, d, spec.run.seed).map_err(place(j + 1))?;
-        let shift = match spec.run.shift {
-            ShiftMode::Zero => vec![0.0; pipeline.output_dim()],
-            ShiftMode::Sample => sample_mean(&pipeline, &sample, threads),
-        };
-        alternatives.push(Alternative { spec: alt, stages, pipeline, shift });
-    }
-    let dual = crate::pipeline::paths::takes_dual(spec, labeled.total_rows(), semi, pipeline.output_dim())?;
-    let prep = Prepared {
-        labeled,
-        unlabeled,
-        classes,
-        code,
-        c,
-        stages,
-        pipeline,
-        shift,
-        fingerprint,
-        work,
-        semi,
-        dual,
-        alternatives,
-    };
-    check_memory(spec, &prep, say)?;
-    Ok(prep)
-}
-
-/// Refuses a chunk with a negative value when a stage needs non-negative inputs,
-/// naming the row and column.
-fn negative_check(spec: &PipelineSpec, features: ResolvedFeatures) -> impl FnMut(&Chunk) -> Result<()> {
-    let needs_nonneg = spec.stages.iter().any(StageSpec::needs_nonnegative);
-    move |ch: &Chunk| -> Result<()> {
-        if needs_nonneg {
-            let d = features.dim.max(1);
-            if let Some(p) = ch.x.iter().position(|&v| v < 0.0) {
-                let (r, j) = (p / d, p % d);
-                let column =
-                    if features.list { format!("{}[{j}]", features.columns[0]) } else { features.columns[j].clone() };
-                return Err(Error::data(
-                    ch.location.clone().column(column).row(ch.first_row + r),
-                    format!(
-                        "value {} is negative; χ² stages need non-negative inputs such as histograms or counts",
-                        ch.x[p]
-                    ),
-                ));
-            }
-        }
-        Ok(())
-    }
-}
-
-/// The stages of `spec` fitted on the pre-pass sample of one dataset (a feature map
-/// without a training run).
-pub(crate) fn fit_stages(spec: &PipelineSpec, data: &Dataset) -> Result<Vec<StageSpec>> {
-    let work: Vec<WorkUnit> = data.units().into_iter().map(|unit| WorkUnit { unlabeled: false, unit }).collect();
-    let mut check = negative_check(spec, data.features.clone());
-    let sample = prepass_sample(data, None, &work, spec, &mut check)?;
-    let d = data.dim();
-    spec.stages.iter().enumerate().map(|(i, s)| s.fit(&sample, d, spec.run.seed, i)).collect()
-}
-
-/// The output code of a classification run (`ridge.codes`).
-pub(crate) fn output_code(spec: &PipelineSpec, classes: usize) -> Result<OutputCode> {
-    let f = spec.source.as_str();
-    match (spec.ridge.codes, &spec.ridge.code_file) {
-        (Codes::OneVsAll, _) => Ok(OutputCode::OneVsAll { classes }),
-        (Codes::Ecoc, Some(path)) => {
-            let bytes = crate::atomic::read_input(path)?;
-            let text = String::from_utf8(bytes).map_err(|_| Error::data(Location::file(path), "not UTF-8 text"))?;
-            let code = OutputCode::parse(&text).map_err(|e| Error::data(Location::file(path), e.to_string()))?;
-            if code.classes() != classes {
-                return Err(Error::data(
-                    Location::file(path),
-                    format!("the code has {} rows but the labels have {classes} classes", code.classes()),
-                ));
-            }
-            Ok(code)
-        }
-        (Codes::Ecoc, None) => OutputCode::random(classes, spec.ridge.code_length, spec.run.seed)
-            .map_err(|e| Error::config(f, "ridge.code_length", e.to_string())),
-    }
-}
-
-/// Every input a run reads beside the training files (unlabeled, test, validation)
-/// must give the training files' feature columns in their order: the column globs are
-/// resolved on each input's own first file, so they can match another set. Names the
-/// first column that differs.
-fn same_features(train: &Dataset, other: &Dataset, what: &str) -> Result<()> {
-    let (t, o) = (&train.features, &other.features);
-    if t.columns == o.columns && t.dim == o.dim {
-        return Ok(());
-    }
-    let at = other.files[0].location();
-    let message = if let Some(missing) = t.columns.iter().find(|c| !o.columns.contains(c)) {
-        format!(
-            "the {what} files have no feature column '{missing}' that the training files have ({} features here, {} there): give every {what} file the training files' feature columns",
-            o.dim, t.dim
-        )
-    } else if let Some(extra) = o.columns.iter().find(|c| !t.columns.contains(c)) {
-        format!(
-            "the {what} files have a feature column '{extra}' that the training files lack ({} features here, {} there): the feature columns must match",
-            o.dim, t.dim
-        )
-    } else if t.columns == o.columns {
-        format!(
-            "the {what} files' feature list has {} values per row, the training files' {}: the feature columns must match",
-            o.dim, t.dim
-        )
-    } else {
-        format!("the {what} files have the training files' feature columns in another order: the order must match")
-    };
-    Err(Error::data(at, message))
-}
-
-/// Column sets for the other labeled inputs (test, validation).
-pub(crate) struct ColumnsFor;
-
-impl ColumnsFor {
-    pub(crate) fn labeled(spec: &PipelineSpec) -> crate::source::ColumnSpec {
-        crate::source::ColumnSpec { null_labels_unlabeled: false, ..spec.columns() }
-    }
-}
-
-/// The pre-pass sample: units in a seeded random order until they hold four times the
-/// sample size (every unit for small inputs), then a seeded reservoir over their rows.
-/// It reads only those row groups and is the same in every shard.
-pub(crate) fn prepass_sample(
-    labeled: &Dataset,
-    unlabeled: Option<&Dataset>,
-    work: &[WorkUnit],
-    spec: &PipelineSpec,
-    check: &mut dyn FnMut(&Chunk) -> Result<()>,
-) -> Result<Vec<f32>> {
-    let n = spec.run.sample_rows.max(1);
-    let d = labeled.dim();
-    let mut rng = StageRng::new(spec.run.seed, u64::MAX - 1);
-    let mut order: Vec<usize> = (0..work.len()).collect();
-    for k in (1..order.len()).rev() {
-        let j = rng.below(k as u32 + 1) as usize;
-        order.swap(k, j);
-    }
-    let mut take = Vec::new();
-    let mut rows = 0;
-    for &i in &order {
-        if rows >= 4 * n {
-            break;
-        }
-        take.push(i);
-        rows += work[i].unit.rows;
-    }
-    take.sort_unstable();
-    let mut res = Reservoir::new(n, d, spec.run.seed, u64::MAX);
-    for &i in &take {
-        let w = work[i];
-        let ds = match (w.unlabeled, unlabeled) {
-            (true, Some(u)) => u,
-            (true, None) => return Err(Error::Internal("unlabeled work unit without unlabeled inputs".into())),
-            (false, _) => labeled,
-        };
-        ds.read_unit(w.unit, spec.run.chunk_rows, &mut |ch: Chunk| {
-            check(&ch)?;
-            res.offer(&ch.x, ch.rows);
-            Ok(())
-        })?;
-    }
-    Ok(res.rows)
-}
-
-pub(crate) fn stage_ranges(pipeline: &FeaturePipeline) -> Vec<std::ops::Range<usize>> {
-    let mut start = 0;
-    pipeline
-        .stages()
-        .iter()
-        .map(|s| {
-            let r = start..start + s.output_dim();
-            start = r.end;
-            r
-        })
-        .collect()
-}
-
-pub(crate) fn check_memory(spec: &PipelineSpec, prep: &Prepared, say: &mut dyn FnMut(&str)) -> Result<()> {
-    if prep.dual {
-        return check_dual_memory(spec, prep, say);
-    }
-    let (d, dim, c) = (prep.labeled.dim(), prep.pipeline.output_dim(), prep.c);
-    let chunk = chunk_rows_for(spec, dim, false);
-    let (stats, solve_dim, path) = if spec.passes == 2 {
-        let ranges = stage_ranges(&prep.pipeline);
-        let e: usize = ranges
-            .iter()
-            .enumerate()
-            .map(|(i, r)| match spec.stage_components(i) {
-                Components::Fixed(e) => e.min(r.len()),
-                _ => r.len(),
-            })
-            .sum();
-        let stats = ranges.iter().map(|r| GramStats::bytes_for(r.len(), 0)).sum::<u64>() + GramStats::bytes_for(e, c);
-        (stats, e, solve_path(spec, false, false)?)
-    } else {
-        // k-fold keeps one set of statistics per fold (their total is the sum).
-        let sets = if prep.semi { 2 } else { spec.ridge.cv.unwrap_or(1) as u64 };
-        let widths = std::iter::once(dim).chain(prep.alternatives.iter().map(|a| a.pipeline.output_dim()));
-        let stats = widths.map(|w| GramStats::bytes_for(w, c)).sum::<u64>() * sets;
-        (stats, dim, solve_path(spec, spec.components() != Components::All, prep.semi)?)
-    };
-    // Two chunks' features are alive at once (one mapped while the other is added).
-    let buffers = (4 * chunk * (d * 4 + 2 * dim)) as u64 + GramStats::scratch_bytes(dim);
-    let limit = memory_limit(spec);
-    let solve = solve_bytes(path, solve_dim, c);
-    // The chunk buffers are gone by the solve: the copy has to fit beside the statistics.
-    let in_place = path == SolvePath::Cholesky
-        && (limit.is_some_and(|l| stats + solve > l) || crate::pipeline::paths::large_copy_on_disk(spec, solve));
-    // A refit keeps the validation rows' statistics beside the solve's matrices.
-    let refit =
-        spec.ridge.refit && !spec.data.validation.is_empty() && !matches!(spec.lambda()?, LambdaChoice::Fixed(_));
-    let held_out = if refit { GramStats::bytes_for(solve_dim, c) } else { 0 };
-    // k-fold's solve: the total and one fold's complement beside the reduction, and every
-    // fold's 41 weight sets.
-    let held_out =
-        held_out + spec.ridge.cv.map_or(0, |k| 2 * GramStats::bytes_for(dim, c) + (k * 41 * dim * c * 8) as u64);
-    let needed = stats + held_out + buffers + if in_place { 0 } else { solve };
-    say(&format!(
-        "memory: statistics {} (D = {dim}, {} pass(es){}), chunk buffers {}, solve {} ({} path{}); {} rows × d = {d} in {} file(s)",
-        mib(stats + held_out),
-        spec.passes,
-        match (prep.semi, refit) {
-            _ if !prep.alternatives.is_empty() => ", one per kernel candidate",
-            _ if spec.ridge.cv.is_some() => ", one per fold, and the k-fold solve's total, complement and fold models",
-            (true, true) => ", labeled, unlabeled and validation",
-            (true, false) => ", labeled and unlabeled",
-            (false, true) => ", training and validation",
-            (false, false) => "",
-        },
-        mib(buffers),
-        mib(if in_place { 0 } else { solve }),
-        path.name(),
-        if in_place { ", in place on the statistics, which are checkpointed first" } else { "" },
-        prep.labeled.total_rows() + prep.unlabeled.as_ref().map_or(0, Dataset::total_rows),
-        prep.labeled.files.len() + prep.unlabeled.as_ref().map_or(0, |u| u.files.len()),
-    ));
-    if let Some(limit) = limit {
-        if needed > limit {
-            let hint = match path {
-                SolvePath::Eigen => "lower the stages' dim (the Gram grows as D²), raise run.memory_limit_mib, or drop PCA: the dense eigendecomposition needs 3·D² doubles where a fixed λ (Cholesky) needs none beyond the statistics",
-                SolvePath::Tridiagonal => "lower the stages' dim, raise run.memory_limit_mib, or fix ridge.lambda: GCV needs one dense D × D matrix, a fixed λ solves in place",
-                _ => "lower the stages' dim (the Gram grows as D²) or raise run.memory_limit_mib",
-            };
-            return Err(Error::Memory { needed, limit, hint: hint.into() });
-        }
-    }
-    Ok(())
-}
-
-/// [`check_memory`] for a run that keeps its rows (the dual solve).
-fn check_dual_memory(spec: &PipelineSpec, prep: &Prepared, say: &mut dyn FnMut(&str)) -> Result<()> {
-    use crate::solve::dual::RowStats;
-    let (d, dim, c) = (prep.labeled.dim(), prep.pipeline.output_dim(), prep.c);
-    let n = prep.labeled.total_rows();
-    let rows = RowStats::bytes_for(n, dim, c);
-    let gcv = matches!(spec.lambda()?, LambdaChoice::Gcv { .. });
-    let solve = RowStats::solve_bytes(n, c, gcv);
-    let chunk = chunk_rows_for(spec, dim, true);
-    let buffers = (4 * chunk * (d * 4 + 2 * dim)) as u64;
-    let needed = rows + solve + buffers;
-    say(&format!(
-        "memory: {n} rows ≤ D/2 = {}: the mapped rows are kept {} instead of the Gram {}, chunk buffers {}, solve {} (dual path: the {n} × {n} kernel matrix); d = {d} in {} file(s)",
-        dim / 2,
-        mib(rows),
-        mib(GramStats::bytes_for(dim, c)),
-        mib(buffers),
-        mib(solve),
-        prep.labeled.files.len(),
-    ));
-    match memory_limit(spec) {
-        Some(limit) if needed > limit => Err(Error::Memory {
-            needed,
-            limit,
-            hint: "lower the stages' dim or raise run.memory_limit_mib (the dual path holds the mapped rows and an n × n matrix)".into(),
-        }),
-        _ => Ok(()),
-    }
-}
-
-/// Rows per chunk in the pass: `run.chunk_rows`, lowered so that one chunk's features
-/// stay within 128 MiB (two are alive at once): at large D the chunk buffers would
-/// otherwise rival the Gram. A run that keeps its rows copies each chunk out: 64-row
-/// chunks keep the mapped buffers small beside the rows.
-pub(crate) fn chunk_rows_for(spec: &PipelineSpec, dim: usize, keeps_rows: bool) -> usize {
-    let cap = (128usize << 20) / (4 * dim.max(1));
-    let rows = spec.run.chunk_rows.min(cap.max(256)).max(1);
-    if keeps_rows {
-        rows.min(64)
-    } else {
-        rows
-    }
-}
-
-/// Options of a training run beyond the pipeline file.
+/// How a run is driven, beyond the pipeline file.
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {
     /// Show a progress bar.
@@ -520,4 +27,541 @@ pub struct RunOptions {
     pub resume: bool,
     /// Where the result will be written, checked before the pass (none: not checked).
     pub output: Option<PathBuf>,
+    /// Worker threads; 0 takes `run.threads` (whose 0 is every core).
+    pub threads: usize,
+    /// The statistics are safe on disk when the solve starts (a checkpoint is kept, or
+    /// they were read from part files), so a large fixed-λ solve may factor them in place.
+    pub stats_on_disk: bool,
+    /// The run's product is its statistics (`accumulate`, shards, incremental fits): it
+    /// never keeps rows for the dual instead.
+    pub keep_statistics: bool,
+    /// The statistics come from part files (`solve`).
+    pub from_parts: bool,
+}
+
+impl RunOptions {
+    /// The threads in force for `checked`.
+    pub fn threads_for(&self, checked: &CheckedPipeline) -> usize {
+        match (self.threads, checked.spec().run.threads) {
+            (0, 0) => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            (0, t) | (t, _) => t,
+        }
+    }
+}
+
+/// What the planner needs to know of the inputs and the fitted maps.
+#[derive(Debug, Clone, Default)]
+pub struct Facts {
+    /// Input width `d`.
+    pub d: usize,
+    /// Each candidate's feature dimension `D` (one entry without candidates).
+    pub dims: Vec<usize>,
+    /// Each stage's output width (two passes).
+    pub stage_dims: Vec<usize>,
+    /// Outputs `c`.
+    pub outputs: usize,
+    /// Rows of the labeled inputs.
+    pub labeled_rows: u64,
+    /// Rows of the unlabeled inputs.
+    pub unlabeled_rows: u64,
+    /// Input files.
+    pub files: usize,
+}
+
+/// How ridge is solved on Gram statistics.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct RidgeSolve {
+    /// Cholesky, tridiagonal or eigen.
+    pub path: SolvePath,
+    /// The Cholesky factors the statistics' own Gram (it is on disk, or a copy would not fit).
+    pub in_place: bool,
+}
+
+/// How one PCA is found.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct PcaPlan {
+    /// Components asked for.
+    pub components: Components,
+    /// `Some(E)`: the top `E` pairs by block Krylov on the tiled Gram; `None`: dense.
+    pub krylov: Option<usize>,
+    /// Block Krylov's residual tolerance.
+    pub tolerance: f64,
+}
+
+/// Ridge on one pass of Gram statistics.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Primal {
+    /// The solve of the statistics as accumulated.
+    pub solve: RidgeSolve,
+    /// The PCA (none: ridge on all `D` features).
+    pub pca: Option<PcaPlan>,
+    /// Unlabeled rows are kept apart (they enter the PCA only).
+    pub semi: bool,
+    /// How λ is settled.
+    pub selection: Selection,
+    /// The solve at the chosen λ on train ∪ validation (held-out selection with refit).
+    pub refit: Option<RidgeSolve>,
+}
+
+/// Ridge on the kept rows' `n × n` kernel.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Dual {
+    /// Fixed λ or GCV.
+    pub lambda: LambdaChoice,
+    /// Labeled rows kept.
+    pub rows: u64,
+}
+
+/// λ by k-fold cross-validation, then the refit on every row.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KFold {
+    /// Folds.
+    pub k: usize,
+    /// The refit at the chosen λ.
+    pub refit: RidgeSolve,
+}
+
+/// Two passes: a PCA per stage, then ridge on the projected features.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TwoPass {
+    /// Each stage's PCA.
+    pub stages: Vec<PcaPlan>,
+    /// The solve of pass two's statistics.
+    pub solve: RidgeSolve,
+    /// How λ is settled.
+    pub selection: Selection,
+    /// The refit at the chosen λ.
+    pub refit: Option<RidgeSolve>,
+    /// Outputs `c` (pass two's targets).
+    pub outputs: usize,
+}
+
+/// A sparse learner on one pass of Gram statistics.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Sparse {
+    /// The learner.
+    #[serde(skip)]
+    pub settings: SparseSettings,
+    /// The PCA basis it works in (none: the raw features).
+    pub pca: Option<PcaPlan>,
+    /// Unlabeled rows are kept apart.
+    pub semi: bool,
+}
+
+/// Which run this is, and everything its mode needs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "mode", rename_all = "snake_case")]
+pub enum Plan {
+    /// One pass, ridge on the statistics.
+    Primal(Primal),
+    /// One pass keeping the rows, ridge in the dual.
+    Dual(Dual),
+    /// One pass of fold statistics, λ by k-fold.
+    KFold(KFold),
+    /// Kernel candidates in one pass, each with its own plan (primal or k-fold).
+    Candidates {
+        /// One plan per candidate, the first the prepared map's.
+        plans: Vec<Plan>,
+    },
+    /// Two passes.
+    TwoPass(TwoPass),
+    /// One pass, a sparse learner.
+    Sparse(Sparse),
+}
+
+/// The memory a plan needs, as stated before the pass.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct MemoryPlan {
+    /// The statistics (or kept rows), with what selection keeps beside them.
+    pub statistics: u64,
+    /// The chunk buffers of the pass.
+    pub buffers: u64,
+    /// What the solve allocates beyond the statistics.
+    pub solve: u64,
+    /// All of it at once.
+    pub needed: u64,
+    /// The limit in force (`run.memory_limit_mib`, or the memory the machine has available).
+    pub limit: Option<u64>,
+    /// The line printed before the pass.
+    pub line: String,
+    /// What to change when it does not fit.
+    #[serde(skip)]
+    pub hint: String,
+}
+
+impl MemoryPlan {
+    /// Refuses a plan that needs more than the limit.
+    pub fn check(&self) -> Result<()> {
+        match self.limit {
+            Some(limit) if self.needed > limit => {
+                Err(Error::Memory { needed: self.needed, limit, hint: self.hint.clone() })
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+const MIB: f64 = (1u64 << 20) as f64;
+
+pub(crate) fn mib(b: u64) -> String {
+    format!("{:.1} MiB", b as f64 / MIB)
+}
+
+pub(crate) fn available_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// The memory limit in force: `run.memory_limit_mib`, or what the machine has available.
+pub(crate) fn memory_limit(checked: &CheckedPipeline) -> Option<u64> {
+    match checked.spec().run.memory_limit_mib {
+        0 => available_memory(),
+        m => Some(m << 20),
+    }
+}
+
+/// Bytes a solve path allocates beyond the statistics for `D` features and `c` outputs.
+pub(crate) fn solve_bytes(path: SolvePath, dim: usize, c: usize) -> u64 {
+    match path {
+        SolvePath::Cholesky => 8 * (crate::stats::TriGram::len_for(dim) + 2 * dim * c) as u64,
+        SolvePath::Tridiagonal => crate::solve::tridiag::bytes_for(dim, c),
+        SolvePath::Eigen | SolvePath::Auto => 3 * 8 * (dim * dim) as u64,
+        // The dual's memory depends on the rows: `RowStats::solve_bytes`.
+        SolvePath::Dual => 0,
+    }
+}
+
+/// The largest Gram copy a fixed-λ solve makes when the statistics are safe on disk
+/// anyway: past it (D above about 8,000) factoring them in place saves more memory than
+/// writing them costs time (1 GiB at D = 16,384 against a pass of minutes).
+const COPY_WHEN_ON_DISK_MAX: u64 = 256 << 20;
+
+/// Rows per chunk in the pass: `run.chunk_rows`, lowered so that one chunk's features
+/// stay within 128 MiB (two are alive at once): at large D the chunk buffers would
+/// otherwise rival the Gram. A run that keeps its rows copies each chunk out: 64-row
+/// chunks keep the mapped buffers small beside the rows.
+pub(crate) fn chunk_rows_for(chunk_rows: usize, dim: usize, keeps_rows: bool) -> usize {
+    let cap = (128usize << 20) / (4 * dim.max(1));
+    let rows = chunk_rows.min(cap.max(256)).max(1);
+    if keeps_rows {
+        rows.min(64)
+    } else {
+        rows
+    }
+}
+
+/// The planner's view of one run: the pipeline, the options and the limit.
+struct Planner<'a> {
+    checked: &'a CheckedPipeline,
+    opts: &'a RunOptions,
+    facts: &'a Facts,
+    limit: Option<u64>,
+}
+
+impl Plan {
+    /// Decides the run and the memory it needs. Refuses what cannot run — the dual asked
+    /// for where it cannot take the run, candidates in parts — naming the key; whether
+    /// the memory fits is [`MemoryPlan::check`], once its line has been said.
+    pub fn decide(checked: &CheckedPipeline, facts: &Facts, opts: &RunOptions) -> Result<(Plan, MemoryPlan)> {
+        let planner = Planner { checked, opts, facts, limit: memory_limit(checked) };
+        let plan = planner.plan()?;
+        let mut memory = match &plan {
+            Plan::Dual(d) => planner.dual_memory(d),
+            _ => planner.gram_memory(&plan),
+        };
+        memory.hint = planner.hint(&plan);
+        Ok((plan, memory))
+    }
+
+    /// The fixed-λ Cholesky that consumes the Gram runs at the end: the statistics are
+    /// worth writing to the checkpoint first.
+    pub fn factors_in_place(&self) -> bool {
+        match self {
+            Plan::Primal(p) => p.solve.in_place && p.solve.path == SolvePath::Cholesky,
+            Plan::TwoPass(t) => t.solve.in_place && t.solve.path == SolvePath::Cholesky,
+            _ => false,
+        }
+    }
+
+    /// The path named in the model and the memory line.
+    pub fn path(&self) -> SolvePath {
+        match self {
+            Plan::Primal(p) => p.solve.path,
+            Plan::TwoPass(t) => t.solve.path,
+            Plan::KFold(_) => SolvePath::Tridiagonal,
+            Plan::Dual(_) => SolvePath::Dual,
+            Plan::Sparse(_) => SolvePath::Eigen,
+            Plan::Candidates { plans } => plans.first().map_or(SolvePath::Eigen, Plan::path),
+        }
+    }
+
+    /// The run keeps its rows (the dual).
+    pub fn keeps_rows(&self) -> bool {
+        matches!(self, Plan::Dual(_))
+    }
+}
+
+impl Planner<'_> {
+    fn plan(&self) -> Result<Plan> {
+        let c = self.checked;
+        if let Some(set) = &c.candidates {
+            if self.opts.keep_statistics || self.opts.from_parts {
+                return Err(Error::config(
+                    c.source(),
+                    format!("{}.candidates", set.key.rsplit_once('.').map_or(set.key.as_str(), |(s, _)| s)),
+                    "candidates run in one process (`train`); to shard, give each candidate its own pipeline",
+                ));
+            }
+            let plans = set
+                .pipelines
+                .iter()
+                .zip(&self.facts.dims)
+                .map(|(p, &dim)| Planner { checked: p, ..*self }.one(dim))
+                .collect::<Result<_>>()?;
+            return Ok(Plan::Candidates { plans });
+        }
+        let dim = self.facts.dims.first().copied().unwrap_or(0);
+        if let Some(dual) = self.dual(dim)? {
+            return Ok(Plan::Dual(dual));
+        }
+        self.one(dim)
+    }
+
+    /// The plan of one map of `dim` features (no candidates).
+    fn one(&self, dim: usize) -> Result<Plan> {
+        let c = self.checked;
+        if let Some(settings) = c.sparse() {
+            let pca = (c.components != Components::All).then(|| self.pca(c.components, dim));
+            return Ok(Plan::Sparse(Sparse { settings: settings.clone(), pca, semi: c.semi }));
+        }
+        if let Selection::KFold { k } = c.selection {
+            // The refit is at a fixed λ: `auto` factors once; a named path is kept.
+            let refit = match c.learner {
+                Learner::Ridge { solver: SolvePath::Tridiagonal } => {
+                    RidgeSolve { path: SolvePath::Tridiagonal, in_place: false }
+                }
+                Learner::Ridge { solver: SolvePath::Eigen } => RidgeSolve { path: SolvePath::Eigen, in_place: false },
+                _ => self.cholesky(dim, 1),
+            };
+            return Ok(Plan::KFold(KFold { k, refit }));
+        }
+        if c.passes() == 2 {
+            let stages = c.per_stage.iter().zip(&self.facts.stage_dims).map(|(&e, &w)| self.pca(e, w)).collect();
+            let e = self.two_pass_width();
+            let solve = self.ridge_solve(true, e, 1)?;
+            let refit = self.refit(solve, e);
+            return Ok(Plan::TwoPass(TwoPass {
+                stages,
+                solve,
+                selection: c.selection,
+                refit,
+                outputs: self.facts.outputs,
+            }));
+        }
+        let use_pca = c.components != Components::All;
+        let sets = if c.semi { 2 } else { 1 };
+        let solve = self.ridge_solve(!use_pca && !c.semi, dim, sets)?;
+        let pca = use_pca.then(|| self.pca(c.components, dim));
+        let refit = self.refit(solve, dim);
+        Ok(Plan::Primal(Primal { solve, pca, semi: c.semi, selection: c.selection, refit }))
+    }
+
+    /// The projected width of a two-pass run: each stage's components (its width when
+    /// the share is decided by the spectrum).
+    fn two_pass_width(&self) -> usize {
+        self.checked
+            .per_stage
+            .iter()
+            .zip(&self.facts.stage_dims)
+            .map(|(e, &w)| match e {
+                Components::Fixed(e) => (*e).min(w),
+                _ => w,
+            })
+            .sum()
+    }
+
+    /// The path `ridge.solver` names, or the cheapest that answers (math.md §13.7):
+    /// Cholesky for a fixed λ > 0, tridiagonal for a λ still to choose, eigen with a PCA,
+    /// unlabeled rows or λ = 0. `direct`: ridge on all features of the labeled rows.
+    fn ridge_solve(&self, direct: bool, dim: usize, sets: u64) -> Result<RidgeSolve> {
+        let lambda = self.checked.selection.lambda();
+        let fixed_positive = matches!(lambda, LambdaChoice::Fixed(l) if l > 0.0);
+        let zero = matches!(lambda, LambdaChoice::Fixed(l) if l == 0.0);
+        let asked = match &self.checked.learner {
+            Learner::Ridge { solver } => *solver,
+            Learner::Sparse(_) => SolvePath::Eigen,
+        };
+        let path = match asked {
+            SolvePath::Auto | SolvePath::Dual if !direct || zero => SolvePath::Eigen,
+            SolvePath::Auto | SolvePath::Dual if fixed_positive => SolvePath::Cholesky,
+            SolvePath::Auto | SolvePath::Dual => SolvePath::Tridiagonal,
+            path => path,
+        };
+        Ok(if path == SolvePath::Cholesky { self.cholesky(dim, sets) } else { RidgeSolve { path, in_place: false } })
+    }
+
+    /// A Cholesky of the statistics of `D` features, `sets` sets of them held: in place
+    /// when a copy would not fit beside them, or when they are on disk and a copy is large.
+    fn cholesky(&self, dim: usize, sets: u64) -> RidgeSolve {
+        let c = self.facts.outputs;
+        let copy = solve_bytes(SolvePath::Cholesky, dim, c);
+        // Statistics read from parts are in memory already: what the machine has left
+        // is what the copy must fit in.
+        let stats = if self.opts.from_parts { 0 } else { sets * GramStats::bytes_for(dim, c) };
+        let fits = self.limit.is_none_or(|l| stats + copy <= l);
+        let in_place = !fits || (self.opts.stats_on_disk && copy > COPY_WHEN_ON_DISK_MAX);
+        RidgeSolve { path: SolvePath::Cholesky, in_place }
+    }
+
+    /// The refit after a held-out choice: at a shared λ on all features the path `auto`
+    /// takes for a fixed λ (one Cholesky), else the first solve's path, which gives any λ
+    /// (a chosen λ of 0 takes that path too: the Cholesky needs λ > 0).
+    fn refit(&self, first: RidgeSolve, dim: usize) -> Option<RidgeSolve> {
+        let Selection::HeldOut { refit: true, per_output } = self.checked.selection else { return None };
+        let auto = matches!(self.checked.learner, Learner::Ridge { solver: SolvePath::Auto | SolvePath::Dual });
+        Some(if auto && !per_output && first.path == SolvePath::Tridiagonal { self.cholesky(dim, 2) } else { first })
+    }
+
+    /// Dense or block Krylov for `E` of `dim` (measured here, 60k rows, D = 4096, one
+    /// run: block Krylov takes 2.1 s for E = D/16 and 4.7 s for E = D/8 where the dense
+    /// decomposition takes 5.7 s; its basis grows to about 3E, so near E = D/4 it costs
+    /// more than dense). `auto` takes it up to D/8 from D = 2048 (below, dense takes under
+    /// a second and is exact to rounding) and up to D/4 where the dense matrices would
+    /// not fit.
+    fn pca(&self, components: Components, dim: usize) -> PcaPlan {
+        let PcaSettings { method, tolerance } = self.checked.pca;
+        let krylov = match (method, components) {
+            (PcaMethod::Subspace, Components::Fixed(e)) => Some(e),
+            (PcaMethod::Auto, Components::Fixed(e))
+                if (dim >= 2048 && e.saturating_mul(8) <= dim)
+                    || (e.saturating_mul(4) <= dim
+                        && self.limit.is_some_and(|l| solve_bytes(SolvePath::Eigen, dim, 0) > l)) =>
+            {
+                Some(e)
+            }
+            _ => None,
+        };
+        PcaPlan { components, krylov, tolerance }
+    }
+
+    /// The dual, when it takes the run (math.md §13.7): with at most `D/2` labeled rows
+    /// the `n × n` kernel matrix is smaller than the Gram and cheaper to build (`n²D`
+    /// against `nD²`) and to factor. `auto` takes it when the question is ridge on all
+    /// features at a fixed λ > 0 or by GCV; `ridge.solver = "dual"` is refused where it
+    /// cannot take the run.
+    fn dual(&self, dim: usize) -> Result<Option<Dual>> {
+        let c = self.checked;
+        let rows = self.facts.labeled_rows;
+        let statistics = self.opts.keep_statistics || self.opts.from_parts;
+        let eligible = c.dual_question() && !statistics && rows >= 2 && 2 * rows <= dim as u64;
+        match &c.learner {
+            Learner::Ridge { solver: SolvePath::Auto } if eligible => {}
+            Learner::Ridge { solver: SolvePath::Dual } if eligible => {}
+            Learner::Ridge { solver: SolvePath::Dual } => {
+                return Err(Error::config(c.source(), "ridge.solver", DUAL_NEEDS.to_string()))
+            }
+            _ => return Ok(None),
+        }
+        Ok(Some(Dual { lambda: c.selection.lambda(), rows }))
+    }
+
+    fn hint(&self, plan: &Plan) -> String {
+        match plan {
+            Plan::Dual(_) => "lower the stages' dim or raise run.memory_limit_mib (the dual path holds the mapped rows and an n × n matrix)",
+            _ => match plan.path() {
+                SolvePath::Eigen => "lower the stages' dim (the Gram grows as D²), raise run.memory_limit_mib, or drop PCA: the dense eigendecomposition needs 3·D² doubles where a fixed λ (Cholesky) needs none beyond the statistics",
+                SolvePath::Tridiagonal => "lower the stages' dim, raise run.memory_limit_mib, or fix ridge.lambda: GCV needs one dense D × D matrix, a fixed λ solves in place",
+                _ => "lower the stages' dim (the Gram grows as D²) or raise run.memory_limit_mib",
+            },
+        }
+        .into()
+    }
+
+    fn gram_memory(&self, plan: &Plan) -> MemoryPlan {
+        let f = self.facts;
+        let (d, c) = (f.d, f.outputs);
+        let dim = f.dims.first().copied().unwrap_or(0);
+        let checked = self.checked;
+        let chunk = chunk_rows_for(checked.spec().run.chunk_rows, dim, false);
+        let kfold = match checked.selection {
+            Selection::KFold { k } => Some(k),
+            _ => None,
+        };
+        let (stats, solve_dim) = if let Plan::TwoPass(_) = plan {
+            let e = self.two_pass_width();
+            (f.stage_dims.iter().map(|&w| GramStats::bytes_for(w, 0)).sum::<u64>() + GramStats::bytes_for(e, c), e)
+        } else {
+            // k-fold keeps one set of statistics per fold (their total is the sum).
+            let sets = if checked.semi { 2 } else { kfold.unwrap_or(1) as u64 };
+            (f.dims.iter().map(|&w| GramStats::bytes_for(w, c)).sum::<u64>() * sets, dim)
+        };
+        // Two chunks' features are alive at once (one mapped while the other is added).
+        let buffers = (4 * chunk * (d * 4 + 2 * dim)) as u64 + GramStats::scratch_bytes(dim);
+        let path = plan.path();
+        let solve = solve_bytes(path, solve_dim, c);
+        // The chunk buffers are gone by the solve: the copy has to fit beside the statistics.
+        let in_place = plan.factors_in_place();
+        // A refit keeps the validation rows' statistics beside the solve's matrices.
+        let refit = matches!(checked.selection, Selection::HeldOut { refit: true, .. });
+        let mut held_out = if refit { GramStats::bytes_for(solve_dim, c) } else { 0 };
+        // k-fold's solve: the total and one fold's complement beside the reduction, and
+        // every fold's 41 weight sets.
+        if let Some(k) = kfold {
+            held_out += 2 * GramStats::bytes_for(dim, c) + (k * 41 * dim * c * 8) as u64;
+        }
+        // Statistics read from parts are in memory already, and no pass runs.
+        let resident = if self.opts.from_parts { 0 } else { stats + buffers };
+        let needed = resident + held_out + if in_place { 0 } else { solve };
+        let what = match (checked.semi, refit) {
+            _ if checked.candidates.is_some() => ", one per kernel candidate",
+            _ if kfold.is_some() => ", one per fold, and the k-fold solve's total, complement and fold models",
+            (true, true) => ", labeled, unlabeled and validation",
+            (true, false) => ", labeled and unlabeled",
+            (false, true) => ", training and validation",
+            (false, false) => "",
+        };
+        let line = format!(
+            "memory: statistics {} (D = {dim}, {} pass(es){what}), chunk buffers {}, solve {} ({} path{}); {} rows × d = {d} in {} file(s)",
+            mib(stats + held_out),
+            checked.passes(),
+            mib(buffers),
+            mib(if in_place { 0 } else { solve }),
+            path.name(),
+            if in_place { ", in place on the statistics, which are checkpointed first" } else { "" },
+            f.labeled_rows + f.unlabeled_rows,
+            f.files,
+        );
+        MemoryPlan {
+            statistics: stats + held_out,
+            buffers,
+            solve: if in_place { 0 } else { solve },
+            needed,
+            limit: self.limit,
+            line,
+            hint: String::new(),
+        }
+    }
+
+    fn dual_memory(&self, dual: &Dual) -> MemoryPlan {
+        let f = self.facts;
+        let (d, c, n) = (f.d, f.outputs, dual.rows);
+        let dim = f.dims.first().copied().unwrap_or(0);
+        let rows = RowStats::bytes_for(n, dim, c);
+        let solve = RowStats::solve_bytes(n, c, matches!(dual.lambda, LambdaChoice::Gcv { .. }));
+        let chunk = chunk_rows_for(self.checked.spec().run.chunk_rows, dim, true);
+        let buffers = (4 * chunk * (d * 4 + 2 * dim)) as u64;
+        let line = format!(
+            "memory: {n} rows ≤ D/2 = {}: the mapped rows are kept {} instead of the Gram {}, chunk buffers {}, solve {} (dual path: the {n} × {n} kernel matrix); d = {d} in {} file(s)",
+            dim / 2,
+            mib(rows),
+            mib(GramStats::bytes_for(dim, c)),
+            mib(buffers),
+            mib(solve),
+            f.files,
+        );
+        let needed = rows + solve + buffers;
+        MemoryPlan { statistics: rows, buffers, solve, needed, limit: self.limit, line, hint: String::new() }
+    }
 }

@@ -139,7 +139,7 @@ pub fn evaluate(
     let mut rows = 0u64;
     let head = model.head();
     let work = |ch: &Chunk, s: &mut Scorer| -> Result<(Vec<f64>, Vec<usize>)> {
-        check_nonnegative(&model.pipeline, ch, &h.features)?;
+        check_nonnegative(model.pipeline.needs_nonnegative(), ch, &h.features)?;
         let scores = s.scores(&model.pipeline, &head, &ch.x, ch.rows);
         let truth = match (&h.task, &h.classes) {
             (Task::Classification, Some(classes)) => {
@@ -287,7 +287,7 @@ pub fn score_rows(model: &Model, rows: Rows<'_>, pca: bool, threads: usize) -> R
     let mut n = 0;
     let (head, projectors) = (model.head(), model.projectors());
     let work = |ch: &Chunk, s: &mut Scorer| -> Result<Vec<f64>> {
-        check_nonnegative(&model.pipeline, ch, &model.header.features)?;
+        check_nonnegative(model.pipeline.needs_nonnegative(), ch, &model.header.features)?;
         Ok(if pca {
             s.project(&model.pipeline, &projectors, &ch.x, ch.rows)
         } else {
@@ -351,7 +351,7 @@ fn predict_stream(
     let scored = score_names(model, opts).len();
     let head = model.head();
     let work = |ch: &Chunk, s: &mut Scorer| -> Result<RecordBatch> {
-        check_nonnegative(&model.pipeline, ch, &model.header.features)?;
+        check_nonnegative(model.pipeline.needs_nonnegative(), ch, &model.header.features)?;
         let scores = s.scores(&model.pipeline, &head, &ch.x, ch.rows);
         let mut cols: Vec<ArrayRef> = ch.keep.clone();
         match &model.header.classes {
@@ -406,7 +406,7 @@ pub fn transform(model: &Model, inputs: &[PathBuf], output: &Path, opts: &Predic
     let mut rows = 0u64;
     let projectors = model.projectors();
     let work = |ch: &Chunk, s: &mut Scorer| -> Result<RecordBatch> {
-        check_nonnegative(&model.pipeline, ch, &model.header.features)?;
+        check_nonnegative(model.pipeline.needs_nonnegative(), ch, &model.header.features)?;
         let p = s.project(&model.pipeline, &projectors, &ch.x, ch.rows);
         let values = arrow_array::Float32Array::from_iter_values(p.iter().map(|&v| v as f32));
         let list = arrow_array::FixedSizeListArray::try_new(item.clone(), e as i32, Arc::new(values), None)

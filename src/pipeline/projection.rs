@@ -1,11 +1,11 @@
-//! Per-stage PCA of two-pass mode (fitted from pass one's statistics) and the
-//! projection of mapped features onto it.
+//! RF-PCA by the method the plan chose (dense, or block Krylov on the tiled Gram), the
+//! per-stage PCA of two-pass mode (fitted from pass one's statistics) and the projection
+//! of mapped features onto it.
 
 use crate::error::Result;
-use crate::pipeline::paths::memory_limit;
-use crate::pipeline::paths::solve_bytes;
-use crate::pipeline::spec::{PcaMethod, PipelineSpec};
-use crate::solve::{Components, Pca, SolvePath};
+use crate::pipeline::plan::PcaPlan;
+use crate::pipeline::report::{PcaReport, Reporter};
+use crate::solve::Pca;
 use crate::stats::GramStats;
 
 /// Per-stage PCA results of two-pass pass one.
@@ -20,24 +20,28 @@ pub(crate) struct StagePca {
     pub(crate) trace: f64,
 }
 
+/// Each stage's PCA from pass one's per-stage statistics.
 pub(crate) fn fit_stage_pcas(
-    spec: &PipelineSpec,
+    plans: &[PcaPlan],
     pass1: &[GramStats],
     ranges: &[std::ops::Range<usize>],
-    say: &mut dyn FnMut(&str),
+    env: (u64, usize),
+    report: &mut Reporter,
 ) -> Result<Vec<StagePca>> {
     pass1
         .iter()
         .zip(ranges)
+        .zip(plans)
         .enumerate()
-        .map(|(i, (st, r))| {
-            let (pca, cen) = fit_pca(spec, st, spec.stage_components(i))?;
+        .map(|(i, ((st, r), plan))| {
+            let (pca, cen) = fit_pca(plan, st, env)?;
             for w in &pca.warnings {
-                say(&format!("warning: stage {i}: {w}"));
+                report.warn(format!("stage {i}: {w}"));
             }
             let residual = worst_residual(&pca);
+            record(report, Some(i), &pca);
             if let Some(worst) = residual {
-                say(&format!(
+                report.say(format!(
                     "pca: stage {i}: top {} pairs by block Krylov ({} block products), worst residual {worst:.2e}",
                     pca.e_eff, pca.iterations
                 ));
@@ -55,45 +59,32 @@ pub(crate) fn fit_stage_pcas(
         .collect()
 }
 
+/// Records a solved PCA in the report.
+pub(crate) fn record(report: &mut Reporter, stage: Option<usize>, pca: &Pca) {
+    report.report.pca.push(PcaReport {
+        stage,
+        components: pca.e_eff,
+        krylov: !pca.residuals.is_empty(),
+        iterations: pca.iterations,
+        worst_residual: worst_residual(pca),
+    });
+}
+
 /// The worst residual of an iterative PCA's kept pairs (none for the dense one).
 pub(crate) fn worst_residual(pca: &Pca) -> Option<f64> {
     (!pca.residuals.is_empty()).then(|| pca.residuals.iter().copied().fold(0.0, f64::max))
 }
 
-/// PCA of `stats` by the method the pipeline asks: block Krylov on the tiled Gram for
-/// `E ≪ D` (no dense `D × D`), the dense decomposition otherwise. Returns
-/// the centred quantities too (with the dense covariance only when it was formed).
-pub(crate) fn fit_pca(
-    spec: &PipelineSpec,
-    stats: &GramStats,
-    components: Components,
-) -> Result<(Pca, crate::stats::Centered)> {
-    let dim = stats.dim();
-    let top = match (spec.pca.method, components) {
-        (PcaMethod::Subspace, Components::Fixed(e)) => Some(e),
-        // Measured here (60k rows, D = 4096, one run): block Krylov takes 2.1 s for
-        // E = D/16 and 4.7 s for E = D/8 where the dense decomposition takes 5.7 s; its
-        // basis grows to about 3E, so near E = D/4 it costs more than dense. `auto` takes
-        // it up to D/8 from D = 2048 (below, dense takes under a second and is exact to
-        // rounding, where Krylov answers to `pca.tolerance`), and up to D/4 where the
-        // dense matrices would not fit.
-        (PcaMethod::Auto, Components::Fixed(e))
-            if (dim >= 2048 && e.saturating_mul(8) <= dim)
-                || (e.saturating_mul(4) <= dim
-                    && memory_limit(spec).is_some_and(|l| solve_bytes(SolvePath::Eigen, dim, 0) > l)) =>
-        {
-            Some(e)
-        }
-        _ => None,
-    };
-    match top {
-        Some(e) => {
-            let tol = spec.pca.tolerance.unwrap_or(1e-6);
-            Ok((Pca::fit_top(stats, e, tol, spec.run.seed, spec.threads())?, stats.moments()))
-        }
+/// PCA of `stats` by the plan's method: block Krylov on the tiled Gram for `E ≪ D` (no
+/// dense `D × D`), the dense decomposition otherwise. Returns the centred quantities too
+/// (with the dense covariance only when it was formed). `env` is the seed and threads.
+pub(crate) fn fit_pca(plan: &PcaPlan, stats: &GramStats, env: (u64, usize)) -> Result<(Pca, crate::stats::Centered)> {
+    let (seed, threads) = env;
+    match plan.krylov {
+        Some(e) => Ok((Pca::fit_top(stats, e, plan.tolerance, seed, threads)?, stats.moments())),
         None => {
             let c = stats.centered();
-            Ok((Pca::fit(&c, components)?, c))
+            Ok((Pca::fit(&c, plan.components)?, c))
         }
     }
 }

@@ -1,86 +1,25 @@
-//! The LASSO family as the model's learner (`[solver] kind`; math.md §13.10), and the
-//! checks of `[solver]`: the lasso, the elastic net and the group lasso over the stages,
-//! fitted by coordinate descent on the centred statistics the pass accumulated, in the
-//! raw feature basis (no `[pca]`) or in the PCA basis. λ₁ is fixed, or chosen along a warm-started path from `λ_max`
-//! down by the validation files (one stream scores the whole path), with the refit on
-//! train ∪ validation at the chosen λ₁ as ridge does.
+//! The LASSO family as the model's learner (`[solver] kind`; math.md §13.10): the lasso,
+//! the elastic net and the group lasso over the stages, fitted by coordinate descent
+//! (`solve::cd`) on the centred statistics the pass accumulated, in the raw feature basis
+//! (no `[pca]`) or in the PCA basis. λ₁ is fixed, or the warm-started path from `λ_max`
+//! down is a family of fits the held-out selection scores in one stream, with the refit
+//! on train ∪ validation at the chosen λ₁ as ridge does.
 
 use std::ops::Range;
+use std::time::Instant;
 
-use crate::codes::OutputCode;
 use crate::error::{Error, Result};
-use crate::model::{Model, ModelHeader, Projection, ProjectionInfo, SparseTable};
-use crate::pipeline::ridge_step::solve_state;
-use crate::pipeline::spec::{PipelineSpec, SolverKind, SolverSpec};
-use crate::pipeline::state::State;
-use crate::pipeline::validation::{best_index, refit_state, score_sets, Space};
-use crate::sketch::{FeaturePipeline, StageSpec};
+use crate::model::{Projection, ProjectionInfo, SparseTable};
+use crate::pipeline::check::SparseSettings;
+use crate::pipeline::plan::{self, RidgeSolve};
+use crate::pipeline::report::{SelectionReport, SolveReport};
+use crate::pipeline::ridge::{enough_rows, primal};
+use crate::pipeline::select::{Fits, HeldOut, Select, Space};
+use crate::pipeline::solve_ctx::{Settled, Solution, SolveCtx};
+use crate::sketch::FeaturePipeline;
 use crate::solve::cd::{self as lasso, Penalty, Problem};
-use crate::solve::Components;
-use crate::solve::{bias_for, Ridge, RotatedProblem};
-use crate::source::{Classes, ResolvedFeatures};
+use crate::solve::{bias_for, GcvCurve, LambdaChoice, Ridge, RotatedProblem, SolvePath};
 use crate::stats::{Centered, GramStats};
-
-impl PipelineSpec {
-    /// Checks `[solver]` against the rest of the pipeline.
-    pub(crate) fn check_solver(&self) -> Result<()> {
-        let f = self.source.as_str();
-        let sv = &self.solver;
-        if sv.kind == SolverKind::Ridge {
-            if *sv != SolverSpec::default() {
-                return Err(Error::config(
-                    f,
-                    "solver.kind",
-                    "the [solver] keys are for lasso, elastic_net and group_lasso",
-                ));
-            }
-            return Ok(());
-        }
-        if let Some(l) = sv.lambda {
-            if !(l.is_finite() && l > 0.0) {
-                return Err(Error::config(f, "solver.lambda", format!("must be a number > 0, got {l}")));
-            }
-        } else if self.data.validation.is_empty() {
-            return Err(Error::config(
-                f,
-                "solver.lambda",
-                "give a λ₁ > 0, or data.validation files to choose it along the path",
-            ));
-        }
-        if !(sv.l2.is_finite() && sv.l2 >= 0.0) {
-            return Err(Error::config(f, "solver.l2", format!("must be a number ≥ 0, got {}", sv.l2)));
-        }
-        if sv.kind == SolverKind::Lasso && sv.l2 != 0.0 {
-            return Err(Error::config(f, "solver.l2", "is for elastic_net and group_lasso; the lasso has none"));
-        }
-        if !(2..=1000).contains(&sv.path) {
-            return Err(Error::config(f, "solver.path", format!("must be from 2 to 1000 values, got {}", sv.path)));
-        }
-        if !(sv.ratio > 0.0 && sv.ratio < 1.0) {
-            return Err(Error::config(f, "solver.ratio", format!("must be in (0, 1), got {}", sv.ratio)));
-        }
-        if !(sv.tolerance > 0.0 && sv.tolerance < 1.0) {
-            return Err(Error::config(f, "solver.tolerance", format!("must be in (0, 1), got {}", sv.tolerance)));
-        }
-        if sv.max_sweeps == 0 {
-            return Err(Error::config(f, "solver.max_sweeps", "must be ≥ 1"));
-        }
-        if self.passes != 1 {
-            return Err(Error::config(f, "solver.kind", "the sparse learners run on one pass (passes = 1)"));
-        }
-        if sv.kind == SolverKind::GroupLasso && self.components() != Components::All {
-            return Err(Error::config(
-                f,
-                "solver.kind",
-                "group_lasso's groups are the stages' features: it needs the raw basis (no [pca])",
-            ));
-        }
-        if !self.data.unlabeled.is_empty() && self.components() == Components::All {
-            return Err(Error::config(f, "data.unlabeled", "unlabeled rows enter a PCA; the raw basis has none"));
-        }
-        Ok(())
-    }
-}
 
 /// The quadratic problems of every output in the basis the penalty acts in.
 struct Basis {
@@ -92,6 +31,8 @@ struct Basis {
     r: Vec<Vec<f64>>,
     /// The labeled rows' centred statistics.
     labeled: Centered,
+    /// The statistics' shift.
+    shift: Vec<f64>,
     /// The eigenbasis (PCA), or `None` for the raw features.
     rotated: Option<RotatedProblem>,
     projections: Vec<(ProjectionInfo, Projection)>,
@@ -101,12 +42,14 @@ struct Basis {
 }
 
 impl Basis {
-    fn new(spec: &PipelineSpec, state: &mut State, say: &mut dyn FnMut(&str)) -> Result<Basis> {
-        let use_pca = spec.components() != crate::solve::Components::All;
-        if !use_pca {
-            let State::One { labeled, .. } = state else {
-                return Err(Error::Internal("the sparse learners run on one pass".into()));
-            };
+    fn new(
+        plan: &plan::Sparse,
+        labeled: &mut GramStats,
+        unlabeled: Option<&GramStats>,
+        ctx: &mut SolveCtx<'_>,
+    ) -> Result<Basis> {
+        enough_rows(labeled.n)?;
+        let Some(pca) = &plan.pca else {
             let mut cl = labeled.centered();
             let (dim, c) = (cl.mean.len(), cl.cyy.len());
             let r = (0..c).map(|k| (0..dim).map(|i| cl.czy[i * c + k]).collect()).collect();
@@ -116,16 +59,18 @@ impl Basis {
                 cmat: std::mem::take(&mut cl.cov),
                 r,
                 labeled: cl,
+                shift: labeled.shift.clone(),
                 rotated: None,
                 projections: Vec::new(),
                 eigenvalues: Vec::new(),
                 unlabeled_rows: 0,
                 components_requested: dim,
             });
-        }
+        };
         // In the PCA basis the labeled covariance is diagonal (its eigenvalues), and the
         // rotated right-hand sides are what ridge's eigen path computes.
-        let solved = solve_state(spec, state, None, say)?;
+        let eigen = RidgeSolve { path: SolvePath::Eigen, in_place: false };
+        let solved = primal(labeled, unlabeled, (eigen, Some(pca)), LambdaChoice::Gcv { per_output: false }, ctx)?;
         let Ridge::Eigen(problem) = solved.ridge else {
             return Err(Error::Internal("the PCA basis needs the eigen path".into()));
         };
@@ -140,6 +85,7 @@ impl Basis {
             cmat,
             r,
             labeled: solved.labeled,
+            shift: solved.shift,
             rotated: Some(problem),
             projections: solved.projections,
             eigenvalues: solved.eigenvalues,
@@ -176,13 +122,41 @@ struct Point {
     gap: f64,
 }
 
+/// The fitted path as a family of fits: weights in feature space at each point.
+struct Path<'a> {
+    basis: &'a Basis,
+    points: &'a [Point],
+}
+
+impl Fits for Path<'_> {
+    fn grid(&self) -> Vec<f64> {
+        self.points.iter().map(|p| p.l1).collect()
+    }
+    fn outputs(&self) -> usize {
+        self.basis.outputs()
+    }
+    fn weights(&self, sets: &[Vec<f64>]) -> Vec<(Vec<f64>, Vec<f64>)> {
+        sets.iter()
+            .filter_map(|s| s.first().and_then(|l| self.points.iter().find(|p| p.l1 == *l)))
+            .map(|p| self.basis.fold(&p.coef))
+            .collect()
+    }
+    fn gcv(&self) -> Option<GcvCurve> {
+        None
+    }
+    fn space(&self) -> Space<'_> {
+        // Sets in feature space are centred on the labeled mean, as the scores need.
+        Space { pcas: None, mean: &self.basis.labeled.mean, ymean: &self.basis.labeled.ymean, shift: &self.basis.shift }
+    }
+}
+
 /// Fits every output at each `λ₁` of `grid` (warm-started along it), outputs over threads.
 fn fit_grid(
     basis: &Basis,
     pen: &Penalty,
     grid: &[f64],
     warm: Option<&[f64]>,
-    sv: &crate::pipeline::spec::SolverSpec,
+    sv: &SparseSettings,
     threads: usize,
 ) -> Vec<Point> {
     let (k, c) = (basis.k, basis.outputs());
@@ -254,42 +228,40 @@ fn active(groups: &[Range<usize>], coef: &[f64], c: usize) -> Vec<usize> {
         .collect()
 }
 
-/// Solves the accumulated state with the `[solver]` learner into a model.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn finish_sparse(
-    spec: &PipelineSpec,
-    pipeline: FeaturePipeline,
-    stages: Vec<StageSpec>,
-    classes: Option<Classes>,
-    code: Option<OutputCode>,
-    features: ResolvedFeatures,
-    state: &mut State,
-    say: &mut dyn FnMut(&str),
-) -> Result<Model> {
-    let start = std::time::Instant::now();
-    let sv = &spec.solver;
-    let dim = pipeline.output_dim();
-    let mut basis = Basis::new(spec, state, say)?;
-    let c = basis.outputs();
-    let raw = basis.rotated.is_none();
-    let (ranges, names) = stage_groups(&pipeline);
-    let (groups, group_names) = if raw { (ranges, names) } else { (Vec::new(), Vec::new()) };
-    let pen = match sv.kind {
+/// The penalty of the learner, with the stages as groups in the raw basis.
+fn penalty(sv: &SparseSettings, groups: &[Range<usize>]) -> Result<Penalty> {
+    use crate::pipeline::spec::SolverKind;
+    Ok(match sv.kind {
         SolverKind::Lasso => Penalty::Lasso,
         SolverKind::ElasticNet => Penalty::ElasticNet { l2: sv.l2 },
-        SolverKind::GroupLasso => Penalty::GroupLasso { groups: groups.clone(), l2: sv.l2 },
+        SolverKind::GroupLasso => Penalty::GroupLasso { groups: groups.to_vec(), l2: sv.l2 },
         SolverKind::Ridge => return Err(Error::Internal("ridge is solved by the ridge path".into())),
-    };
+    })
+}
+
+/// Solves one pass's statistics with the sparse learner.
+pub(crate) fn solve(
+    plan: &plan::Sparse,
+    mut labeled: GramStats,
+    unlabeled: Option<GramStats>,
+    ctx: &mut SolveCtx<'_>,
+) -> Result<Solution> {
+    let start = Instant::now();
+    let sv = &plan.settings;
+    let mut basis = Basis::new(plan, &mut labeled, unlabeled.as_ref(), ctx)?;
+    let c = basis.outputs();
+    let raw = basis.rotated.is_none();
+    let (ranges, names) = stage_groups(&ctx.map().pipeline);
+    let (groups, group_names) = if raw { (ranges, names) } else { (Vec::new(), Vec::new()) };
+    let pen = penalty(sv, &groups)?;
     let grid: Vec<f64> = match sv.lambda {
         Some(l1) => vec![l1],
         None => {
             let top = (0..c).map(|o| lasso::lambda_max(&basis.problem(o), &pen)).fold(0.0, f64::max);
-            let n = sv.path.max(2);
-            (0..n).map(|i| top * sv.ratio.powf(i as f64 / (n - 1) as f64)).collect()
+            lasso::path_grid(top, sv.path, sv.ratio)
         }
     };
-    let threads = spec.threads();
-    let points = fit_grid(&basis, &pen, &grid, None, sv, threads);
+    let points = fit_grid(&basis, &pen, &grid, None, sv, ctx.threads);
     let mut table = SparseTable {
         kind: sv.kind.name().into(),
         basis: if raw { "raw".into() } else { "pca".into() },
@@ -308,55 +280,9 @@ pub(crate) fn finish_sparse(
         chosen: 0,
         refit_rows: None,
     };
-    let mut chosen = 0;
-    if sv.lambda.is_none() {
-        let sets: Vec<Vec<f64>> = points.iter().map(|p| basis.fold(&p.coef).0).collect();
-        let mut held_out = match &*state {
-            State::One { labeled, .. } if spec.ridge.refit => Some(GramStats::new(labeled.shift.clone(), labeled.c)),
-            _ => None,
-        };
-        let coded = classes.as_ref().zip(code.as_ref());
-        let space = Space { pcas: None, mean: &basis.labeled.mean, ymean: &basis.labeled.ymean };
-        // Sets in feature space are centred on the labeled mean, as the scores need.
-        let scores = score_sets(spec, &pipeline, coded, &space, sets, held_out.as_mut())?;
-        let metric = spec.metric();
-        let score = scores.score(metric);
-        // The path runs from large to small λ₁: ties go to the earlier, sparser point.
-        chosen = best_index(&score, metric, false);
-        say(&format!(
-            "solver: {} λ₁ = {:.4e} by validation on {} rows ({} {:.6}; {} of {} coefficients, gap {:.1e})",
-            sv.kind.name(),
-            grid[chosen],
-            scores.rows,
-            metric.name(),
-            score[chosen],
-            table.nonzeros[chosen],
-            basis.k,
-            points[chosen].gap
-        ));
-        if chosen + 1 == grid.len() {
-            say("warning: the best λ₁ is the path's last point; a smaller solver.ratio may score better");
-        }
-        table.metric = Some(metric.name().into());
-        table.score = score;
-        table.validation_rows = scores.rows;
-        if let Some(held_out) = held_out {
-            let trained = basis.labeled.n;
-            refit_state(state, &held_out)?;
-            let warm = points[chosen].coef.clone();
-            basis = Basis::new(spec, state, say)?;
-            let refit = fit_grid(&basis, &pen, &grid[chosen..=chosen], Some(&warm), sv, threads);
-            say(&format!(
-                "solver: refit at λ₁ = {:.4e} on {} rows ({trained} training + {} validation)",
-                grid[chosen], basis.labeled.n, held_out.n
-            ));
-            table.refit_rows = Some(basis.labeled.n);
-            table.gap[chosen] = refit[0].gap;
-            let settled = Settled { basis: &basis, point: &refit[0], table, chosen, start, dim };
-            return model(spec, pipeline, stages, classes, code, features, settled, say);
-        }
-    } else {
-        say(&format!(
+    let mut report = SelectionReport { method: "fixed".into(), chosen: vec![grid[0]], ..SelectionReport::default() };
+    if sv.lambda.is_some() {
+        ctx.report.say(format!(
             "solver: {} λ₁ = {:.4e} (fixed; {} of {} coefficients, gap {:.1e})",
             sv.kind.name(),
             grid[0],
@@ -364,70 +290,103 @@ pub(crate) fn finish_sparse(
             basis.k,
             points[0].gap
         ));
+        ctx.report.report.selections.push(report);
+        return finish(Settle { basis: &basis, point: &points[0], table, chosen: 0, start }, sv, ctx);
     }
-    let settled = Settled { basis: &basis, point: &points[chosen], table, chosen, start, dim };
-    model(spec, pipeline, stages, classes, code, features, settled, say)
+    let metric = ctx.checked.metric;
+    // The path runs from large to small λ₁: ties go to the earlier, sparser point.
+    let mut held_out = HeldOut { metric, per_output: false, refit: sv.refit, ties_later: false };
+    let choice = held_out.select(&Path { basis: &basis, points: &points }, ctx)?;
+    let chosen = choice.index;
+    let scored = choice.table.as_ref().ok_or_else(|| Error::Internal("a held-out choice without scores".into()))?;
+    ctx.report.say(format!(
+        "solver: {} λ₁ = {:.4e} by validation on {} rows ({} {:.6}; {} of {} coefficients, gap {:.1e})",
+        sv.kind.name(),
+        grid[chosen],
+        scored.rows,
+        metric.name(),
+        scored.score[chosen],
+        table.nonzeros[chosen],
+        basis.k,
+        points[chosen].gap
+    ));
+    if chosen + 1 == grid.len() {
+        ctx.report.warn("the best λ₁ is the path's last point; a smaller solver.ratio may score better");
+    }
+    table.metric = Some(metric.name().into());
+    table.score.clone_from(&scored.score);
+    table.validation_rows = scored.rows;
+    report = SelectionReport { method: "path".into(), chosen: vec![grid[chosen]], rows: scored.rows, refit_rows: None };
+    let Some(held_out) = choice.held_out else {
+        ctx.report.report.selections.push(report);
+        return finish(Settle { basis: &basis, point: &points[chosen], table, chosen, start }, sv, ctx);
+    };
+    let trained = basis.labeled.n;
+    labeled.merge(&held_out).map_err(|e| Error::Internal(format!("validation statistics: {e}")))?;
+    let warm = points[chosen].coef.clone();
+    basis = Basis::new(plan, &mut labeled, unlabeled.as_ref(), ctx)?;
+    let refit = fit_grid(&basis, &pen, &grid[chosen..=chosen], Some(&warm), sv, ctx.threads);
+    ctx.report.say(format!(
+        "solver: refit at λ₁ = {:.4e} on {} rows ({trained} training + {} validation)",
+        grid[chosen], basis.labeled.n, held_out.n
+    ));
+    table.refit_rows = Some(basis.labeled.n);
+    table.gap[chosen] = refit[0].gap;
+    report.refit_rows = Some(basis.labeled.n);
+    ctx.report.report.selections.push(report);
+    finish(Settle { basis: &basis, point: &refit[0], table, chosen, start }, sv, ctx)
 }
 
 /// What the solve settled, for the model.
-struct Settled<'a> {
+struct Settle<'a> {
     basis: &'a Basis,
     point: &'a Point,
     table: SparseTable,
     chosen: usize,
-    start: std::time::Instant,
-    dim: usize,
+    start: Instant,
 }
 
-#[allow(clippy::too_many_arguments)]
-fn model(
-    spec: &PipelineSpec,
-    pipeline: FeaturePipeline,
-    stages: Vec<StageSpec>,
-    classes: Option<Classes>,
-    code: Option<OutputCode>,
-    features: ResolvedFeatures,
-    settled: Settled,
-    say: &mut dyn FnMut(&str),
-) -> Result<Model> {
-    let Settled { basis, point, mut table, chosen, start, dim } = settled;
+fn finish(settled: Settle<'_>, sv: &SparseSettings, ctx: &mut SolveCtx<'_>) -> Result<Solution> {
+    let Settle { basis, point, mut table, chosen, start } = settled;
     let c = basis.outputs();
-    if point.gap > spec.solver.tolerance {
-        say(&format!(
-            "warning: the fit stopped after solver.max_sweeps = {} with a duality gap of {:.1e} of c_yy (tolerance {:.0e}); raise max_sweeps for a tighter fit",
-            spec.solver.max_sweeps, point.gap, spec.solver.tolerance
+    let dim = ctx.map().dim();
+    if point.gap > sv.tolerance {
+        ctx.report.warn(format!(
+            "the fit stopped after solver.max_sweeps = {} with a duality gap of {:.1e} of c_yy (tolerance {:.0e}); raise max_sweeps for a tighter fit",
+            sv.max_sweeps, point.gap, sv.tolerance
         ));
     }
     let (weights, bias) = basis.fold(&point.coef);
     table.chosen = chosen;
     if !table.groups.is_empty() {
-        let act = active(&stage_groups(&pipeline).0, &weights, c);
+        let act = active(&stage_groups(&ctx.map().pipeline).0, &weights, c);
         let names: Vec<&str> = act.iter().map(|&g| table.groups[g].as_str()).collect();
-        say(&format!("solver: active groups {}", names.join(", ")));
+        ctx.report.say(format!("solver: active groups {}", names.join(", ")));
     }
-    say(&format!("solve: {:.1} s ({} {})", start.elapsed().as_secs_f64(), table.kind, table.basis));
-    let (infos, projs): (Vec<ProjectionInfo>, Vec<Projection>) = basis.projections.iter().cloned().unzip();
+    let seconds = start.elapsed().as_secs_f64();
+    ctx.report.say(format!("solve: {seconds:.1} s ({} {})", table.kind, table.basis));
+    let solver = format!("{} ({} basis)", table.kind, table.basis);
+    ctx.report.report.solve = Some(SolveReport { path: solver.clone(), in_place: false, seconds, rank: None });
     let components = basis.rotated.as_ref().map_or(dim, |p| p.k);
-    let header = ModelHeader {
-        components,
-        components_requested: basis.components_requested,
-        lambdas: vec![point.l1; c],
-        rows: basis.labeled.n,
-        unlabeled_rows: basis.unlabeled_rows,
-        projections: infos,
-        solver: Some(format!("{} ({} basis)", table.kind, table.basis)),
-        code: code.as_ref().and_then(OutputCode::rows),
-        sparse: Some(table),
-        ..crate::pipeline::header::model_header(spec, classes, features, stages, dim, c)
-    };
-    Ok(Model {
-        header,
-        pipeline,
+    Ok(Solution {
         weights,
         bias,
         mean: basis.labeled.mean.clone(),
         eigenvalues: basis.eigenvalues.clone(),
-        projections: projs,
-        origin: None,
+        projections: basis.projections.clone(),
+        settled: Settled {
+            components,
+            components_requested: basis.components_requested,
+            lambdas: vec![point.l1; c],
+            gcv: None,
+            rows: basis.labeled.n,
+            unlabeled_rows: basis.unlabeled_rows,
+            validation: None,
+            solver,
+            sparse: Some(table),
+            candidates: None,
+        },
+        candidate: ctx.candidate,
+        score: None,
     })
 }

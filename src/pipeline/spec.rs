@@ -1,16 +1,15 @@
-//! The typed, validated [`PipelineSpec`]: what a pipeline asks for, the checks across
-//! its sections, and what the driver derives from it (`spec_toml.rs` reads it from the
-//! pipeline file).
+//! The pipeline file as written ([`PipelineSpec`], serde): what a pipeline asks for,
+//! section by section, with every default. `spec_toml` reads it from the file; `check`
+//! turns it into the typed, checked pipeline the run uses.
 
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+pub use crate::metrics::Metric;
 pub use crate::model::Task;
 use crate::sketch::StageSpec;
-use crate::solve::{Components, LambdaChoice, SolvePath};
-use crate::source::{ColumnSpec, FeatureColumns};
+use crate::solve::SolvePath;
 
 /// `[data]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -164,30 +163,6 @@ fn yes() -> bool {
     true
 }
 
-/// How validation scores a λ.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Metric {
-    /// Share of rows classified right (classification only).
-    Accuracy,
-    /// Root mean squared error of the scores.
-    Rmse,
-    /// Mean logistic loss `log(1 + exp(−t·f))` of the ±1 scores (classification only).
-    #[serde(rename = "log_loss")]
-    LogLoss,
-}
-
-impl Metric {
-    /// The name a model header and messages use.
-    pub fn name(self) -> &'static str {
-        match self {
-            Metric::Accuracy => "accuracy",
-            Metric::Rmse => "rmse",
-            Metric::LogLoss => "log_loss",
-        }
-    }
-}
-
 fn default_lambda() -> LambdaValue {
     LambdaValue::Word("gcv".into())
 }
@@ -335,15 +310,6 @@ pub struct RunSpec {
     /// Precision of the Gram products: `"f64"` (default) or `"f32"`.
     #[serde(default)]
     pub gram: crate::stats::Precision,
-    /// The statistics are safe on disk when the solve starts (a checkpoint is kept, or
-    /// they were read from part files), so a fixed-λ solve may factor them in place
-    /// rather than a copy. Set by the driver, never by the file.
-    #[serde(skip)]
-    pub stats_on_disk: bool,
-    /// The run's product is its statistics (`accumulate`, shards, incremental fits), so
-    /// it never keeps rows for the dual solve instead. Set by the driver.
-    #[serde(skip)]
-    pub keep_statistics: bool,
 }
 
 fn default_checkpoint_every() -> usize {
@@ -372,8 +338,6 @@ impl Default for RunSpec {
             checkpoint_every: default_checkpoint_every(),
             checkpoint: None,
             gram: crate::stats::Precision::F64,
-            stats_on_disk: false,
-            keep_statistics: false,
         }
     }
 }
@@ -403,223 +367,4 @@ pub struct PipelineSpec {
     /// Kernel parameters tried in one pass (`stages.N.candidates`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub candidates: Option<crate::pipeline::candidate_spec::CandidateSpec>,
-}
-
-impl PipelineSpec {
-    /// Checks every setting a pipeline file's would be checked for, except that training
-    /// files are given (a pipeline built in code may fit on batches in memory).
-    pub fn check(&self) -> Result<()> {
-        let f = self.source.as_str();
-        if self.stages.is_empty() {
-            return Err(Error::config(f, "stages", "no sketch stages; add at least one [[stages]] table"));
-        }
-        for (i, st) in self.stages.iter().enumerate() {
-            st.validate(f, &format!("stages.{i}"))?;
-        }
-        if !self.data.features.is_empty() && self.data.feature_list.is_some() {
-            return Err(Error::config(f, "data.feature_list", "give either features or feature_list, not both"));
-        }
-        match self.task {
-            Task::Classification => {
-                if self.data.label.is_none() {
-                    return Err(Error::config(f, "data.label", "classification needs a label column"));
-                }
-                if !self.data.targets.is_empty() {
-                    return Err(Error::config(f, "data.targets", "targets are for task = \"regression\""));
-                }
-            }
-            Task::Regression => {
-                if self.data.targets.is_empty() {
-                    return Err(Error::config(f, "data.targets", "regression needs at least one target column"));
-                }
-                if self.data.label.is_some() {
-                    return Err(Error::config(f, "data.label", "label is for task = \"classification\""));
-                }
-            }
-        }
-        match (self.pca.components, self.pca.variance) {
-            (Some(_), Some(_)) => {
-                return Err(Error::config(f, "pca", "give either components or variance, not both"));
-            }
-            (Some(0), _) => return Err(Error::config(f, "pca.components", "must be ≥ 1 (omit [pca] for no PCA)")),
-            (_, Some(v)) if !(v > 0.0 && v <= 1.0) => {
-                return Err(Error::config(f, "pca.variance", format!("must be in (0, 1], got {v}")));
-            }
-            _ => {}
-        }
-        if self.pca.method == PcaMethod::Subspace && self.pca.variance.is_some() {
-            return Err(Error::config(
-                f,
-                "pca.method",
-                "\"subspace\" finds a fixed number of components; a variance share needs the whole spectrum (\"dense\")",
-            ));
-        }
-        if let Some(t) = self.pca.tolerance {
-            if !(t > 0.0 && t < 1.0) {
-                return Err(Error::config(f, "pca.tolerance", format!("must be in (0, 1), got {t}")));
-            }
-        }
-        self.lambda()?;
-        if !self.pca.per_stage.is_empty() {
-            if self.passes != 2 {
-                return Err(Error::config(f, "pca.per_stage", "per-stage PCA sizes need passes = 2"));
-            }
-            if self.pca.per_stage.len() != self.stages.len() {
-                return Err(Error::config(
-                    f,
-                    "pca.per_stage",
-                    format!("has {} entries for {} stages", self.pca.per_stage.len(), self.stages.len()),
-                ));
-            }
-            if self.pca.per_stage.contains(&0) {
-                return Err(Error::config(f, "pca.per_stage", "every entry must be ≥ 1"));
-            }
-        }
-        if self.passes == 2 && self.components() == Components::All && self.pca.per_stage.is_empty() {
-            return Err(Error::config(
-                f,
-                "pca",
-                "two-pass mode needs a PCA size: pca.components, pca.variance or pca.per_stage",
-            ));
-        }
-        if self.task == Task::Regression && (self.ridge.codes != Codes::OneVsAll || self.ridge.code_file.is_some()) {
-            return Err(Error::config(f, "ridge.codes", "output codes are for classification"));
-        }
-        if self.ridge.code_file.is_some() && self.ridge.codes != Codes::Ecoc {
-            return Err(Error::config(f, "ridge.code_file", "a code file needs codes = \"ecoc\""));
-        }
-        if self.ridge.codes == Codes::Ecoc && self.ridge.code_length == 0 {
-            return Err(Error::config(f, "ridge.code_length", "must be ≥ 1"));
-        }
-        if matches!(self.ridge.metric, Some(Metric::Accuracy | Metric::LogLoss)) && self.task == Task::Regression {
-            return Err(Error::config(f, "ridge.metric", "accuracy and log_loss are for classification; use \"rmse\""));
-        }
-        if self.data.null_labels == NullLabels::Unlabeled && self.task != Task::Classification {
-            return Err(Error::config(f, "data.null_labels", "null labels as unlabeled rows is for classification"));
-        }
-        self.check_solver()?;
-        self.check_cv()?;
-        self.check_candidates()?;
-        if self.run.chunk_rows == 0 || self.run.chunk_rows > 1 << 22 {
-            return Err(Error::config(f, "run.chunk_rows", "must be from 1 to 4194304"));
-        }
-        if self.run.threads > 1024 {
-            return Err(Error::config(f, "run.threads", "must be from 0 (all cores) to 1024"));
-        }
-        Ok(())
-    }
-
-    /// The PCA choice.
-    pub fn components(&self) -> Components {
-        match (self.pca.components, self.pca.variance) {
-            (Some(e), _) => Components::Fixed(e),
-            (_, Some(v)) => Components::Share(v),
-            _ => Components::All,
-        }
-    }
-
-    /// The λ choice.
-    pub fn lambda(&self) -> Result<LambdaChoice> {
-        let f = self.source.as_str();
-        match &self.ridge.lambda {
-            LambdaValue::Number(l) if l.is_finite() && *l >= 0.0 => {
-                if self.ridge.per_output {
-                    return Err(Error::config(f, "ridge.per_output", "per-output λ needs lambda = \"gcv\""));
-                }
-                Ok(LambdaChoice::Fixed(*l))
-            }
-            LambdaValue::Number(l) => Err(Error::config(f, "ridge.lambda", format!("must be ≥ 0 or \"gcv\", got {l}"))),
-            LambdaValue::Word(w) if w == "gcv" => Ok(LambdaChoice::Gcv { per_output: self.ridge.per_output }),
-            LambdaValue::Word(w) => {
-                Err(Error::config(f, "ridge.lambda", format!("must be a number ≥ 0 or \"gcv\", got \"{w}\"")))
-            }
-        }
-    }
-
-    /// Columns to read for training.
-    pub fn columns(&self) -> ColumnSpec {
-        ColumnSpec {
-            features: self.feature_columns(),
-            label: self.data.label.clone(),
-            targets: self.data.targets.clone(),
-            keep: Vec::new(),
-            null_labels_unlabeled: self.data.null_labels == NullLabels::Unlabeled,
-        }
-    }
-
-    /// Columns to read from unlabeled files: the features only.
-    pub fn feature_only_columns(&self) -> ColumnSpec {
-        ColumnSpec { label: None, targets: Vec::new(), null_labels_unlabeled: false, ..self.columns() }
-    }
-
-    /// Components of stage `i`'s own PCA (two-pass).
-    pub fn stage_components(&self, i: usize) -> Components {
-        match self.pca.per_stage.get(i) {
-            Some(&e) => Components::Fixed(e),
-            None => self.components(),
-        }
-    }
-
-    /// The validation metric in force.
-    pub fn metric(&self) -> Metric {
-        self.ridge.metric.unwrap_or(match self.task {
-            Task::Classification => Metric::Accuracy,
-            Task::Regression => Metric::Rmse,
-        })
-    }
-
-    /// A fingerprint of everything that decides the statistics (data columns, fitted
-    /// stages, seed, passes, shift): shards and checkpoints must agree on it.
-    ///
-    /// A code file enters by its rows (`code`, as the plan read it), not its path: an
-    /// edit between two shards or between a kill and `--resume` changes the targets the
-    /// statistics hold, so it must change the fingerprint.
-    pub fn fingerprint(
-        &self,
-        fitted: &[StageSpec],
-        shift_mode: ShiftMode,
-        files: &[String],
-        code: Option<&crate::codes::OutputCode>,
-    ) -> String {
-        let mut v = serde_json::json!({
-            "files": files,
-            "task": self.task, "passes": self.passes, "features": self.data.features,
-            "feature_list": self.data.feature_list, "label": self.data.label, "targets": self.data.targets,
-            "null_labels": self.data.null_labels, "stages": fitted, "seed": self.run.seed,
-            "sample_rows": self.run.sample_rows, "shift": shift_mode,
-            "codes": self.ridge.codes, "code_length": self.ridge.code_length, "code_file": self.ridge.code_file,
-            "pca": if self.passes == 2 { serde_json::to_value(&self.pca).unwrap_or_default() } else { serde_json::Value::Null },
-        });
-        // Fold statistics are another layout; without k-fold the fingerprint is as before.
-        if let (Some(k), Some(o)) = (self.ridge.cv, v.as_object_mut()) {
-            o.insert("cv".into(), k.into());
-        }
-        if let (Some(c), Some(o)) = (&self.candidates, v.as_object_mut()) {
-            o.insert("candidates".into(), serde_json::to_value(c).unwrap_or_default());
-        }
-        // Drawn codes follow from the seed, length and classes already in the keys.
-        if let (Some(_), Some(o)) = (&self.ridge.code_file, v.as_object_mut()) {
-            o.insert(
-                "code".into(),
-                serde_json::to_value(code.and_then(crate::codes::OutputCode::rows)).unwrap_or_default(),
-            );
-        }
-        crate::stats::checksum([v.to_string().as_bytes()])
-    }
-
-    fn feature_columns(&self) -> FeatureColumns {
-        match &self.data.feature_list {
-            Some(l) => FeatureColumns::List(l.clone()),
-            None => FeatureColumns::Columns(self.data.features.clone()),
-        }
-    }
-
-    /// Threads to use.
-    pub fn threads(&self) -> usize {
-        if self.run.threads == 0 {
-            std::thread::available_parallelism().map_or(1, |n| n.get())
-        } else {
-            self.run.threads
-        }
-    }
 }

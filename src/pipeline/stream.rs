@@ -293,19 +293,22 @@ pub fn reservoir(
     Ok(res.rows)
 }
 
-/// The first negative input of a χ² stage, as a data error naming the column and row.
-pub fn check_nonnegative(pipeline: &FeaturePipeline, ch: &Chunk, features: &ResolvedFeatures) -> Result<()> {
-    match pipeline.first_negative(&ch.x, ch.rows) {
-        None => Ok(()),
-        Some((r, j, v)) => {
-            let column =
-                if features.list { format!("{}[{j}]", features.columns[0]) } else { features.columns[j].clone() };
-            Err(Error::data(
-                ch.location.clone().column(column).row(ch.first_row + r),
-                format!("value {v} is negative; χ² stages need non-negative inputs such as histograms or counts"),
-            ))
-        }
-    }
+/// The one non-negative rule: when a stage needs non-negative inputs (`needs`, the χ²
+/// family), the first negative input of the chunk is a data error naming its row and
+/// column. The pre-pass, the pass, scoring and the held-out streams all check with it.
+pub fn check_nonnegative(needs: bool, ch: &Chunk, features: &ResolvedFeatures) -> Result<()> {
+    let d = features.dim.max(1);
+    let Some(p) = needs.then(|| ch.x[..ch.rows * d].iter().position(|&v| v < 0.0)).flatten() else {
+        return Ok(());
+    };
+    let (r, j) = (p / d, p % d);
+    let column = if features.list { format!("{}[{j}]", features.columns[0]) } else { features.columns[j].clone() };
+    Err(Error::data(ch.location.clone().column(column).row(ch.first_row + r), nonnegative_message(ch.x[p])))
+}
+
+/// What is said of a negative input to a χ² stage.
+pub fn nonnegative_message(v: f32) -> String {
+    format!("value {v} is negative; χ² stages need non-negative inputs such as histograms or counts")
 }
 
 /// A progress bar on stderr (hidden when stderr is not a terminal).

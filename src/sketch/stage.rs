@@ -86,13 +86,9 @@ impl FeaturePipeline {
         self.stages.iter().map(Stage::output_dim).sum()
     }
 
-    /// The first negative input (row, column) of a stage that needs non-negative inputs.
-    pub fn first_negative(&self, x: &[f32], rows: usize) -> Option<(usize, usize, f32)> {
-        if !self.stages.iter().any(|s| s.spec.needs_nonnegative()) {
-            return None;
-        }
-        let d = self.d;
-        x[..rows * d].iter().position(|&v| v < 0.0).map(|p| (p / d, p % d, x[p]))
+    /// Whether a stage needs non-negative inputs (the χ² family).
+    pub fn needs_nonnegative(&self) -> bool {
+        self.stages.iter().any(|s| s.spec.needs_nonnegative())
     }
 
     /// Maps a chunk on up to `threads` threads (contiguous row blocks, so the result

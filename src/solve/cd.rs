@@ -117,6 +117,13 @@ pub fn objective_and_gap(p: &Problem, pen: &Penalty, l1: f64, w: &[f64]) -> (f64
     (primal, (primal - dual).max(0.0))
 }
 
+/// The path of `λ₁` values from `top` (`λ_max`) down to `ratio · top`, `n` points on a
+/// log grid (math.md §13.10).
+pub fn path_grid(top: f64, n: usize, ratio: f64) -> Vec<f64> {
+    let n = n.max(2);
+    (0..n).map(|i| top * ratio.powf(i as f64 / (n - 1) as f64)).collect()
+}
+
 /// The smallest `λ₁` at which `w = 0` is optimal.
 pub fn lambda_max(p: &Problem, pen: &Penalty) -> f64 {
     match pen {

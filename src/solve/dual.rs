@@ -8,7 +8,7 @@
 //! primal's rotated right-hand sides: the curve is the primal's.
 //!
 //! This module owns the kept rows ([`RowStats`]) and their solve; which runs take it is
-//! decided in `pipeline/paths.rs`.
+//! decided by the planner (`pipeline/plan.rs`).
 
 use faer::linalg::matmul::matmul;
 use faer::{Accum, Mat, MatRef, Par};
@@ -39,6 +39,16 @@ impl RowStats {
     /// their memory while the vector moves).
     pub fn new(dim: usize, c: usize, rows: usize) -> RowStats {
         RowStats { dim, c, z: Vec::with_capacity(rows * dim), y: Vec::with_capacity(rows * c) }
+    }
+
+    /// Features `D`.
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// Targets `c`.
+    pub fn outputs(&self) -> usize {
+        self.c
     }
 
     /// Rows held.

@@ -20,10 +20,12 @@ use parquet::arrow::ProjectionMask;
 use crate::error::{Error, Location, Result};
 
 mod columns;
+mod folds;
 mod labels;
 
 use columns::{cast_to, check_no_nulls_at, column_indices, list_to_rows, resolve_features};
 pub use columns::{ColumnSpec, FeatureColumns, ResolvedFeatures};
+pub use folds::fold_of;
 pub use labels::Classes;
 use labels::{is_label_type, label_values};
 

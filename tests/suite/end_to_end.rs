@@ -219,8 +219,10 @@ fn save_load_predict_gives_identical_scores_for_every_stage_kind() {
             repo("data/digits_train.parquet")
         );
         let table: toml::Table = text.parse().unwrap();
-        let spec = sketchfit::pipeline::spec::PipelineSpec::from_table(table, "inline.toml").unwrap();
-        let model = sketchfit::pipeline::run::train(&spec, &Default::default(), &mut |_| {}).unwrap();
+        let spec = sketchfit::pipeline::spec::PipelineSpec::from_table(table, "inline.toml").unwrap().check().unwrap();
+        let model =
+            sketchfit::pipeline::run::train(&spec, &Default::default(), &mut sketchfit::pipeline::Reporter::silent())
+                .unwrap();
         let loaded = sketchfit::model::Model::from_bytes(&model.to_bytes().unwrap()).unwrap();
         let ds = sketchfit::source::Dataset::open(&[repo("data/digits_test.parquet").into()], spec.columns()).unwrap();
         let (mut z, mut n, mut right) = (Vec::new(), 0, 0);

@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use arrow_array::{ArrayRef, Float64Array, RecordBatch};
-use sketchfit::pipeline::kfold::fold_of;
 use sketchfit::sketch::{RffSpec, TensorSketchSpec};
+use sketchfit::source::fold_of;
 use sketchfit::{Lambda, Model, Pipeline};
 
 use crate::api::rings;

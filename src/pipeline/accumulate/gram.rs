@@ -1,0 +1,168 @@
+//! One pass of Gram statistics: the labeled rows' and, when some rows are unlabeled,
+//! theirs apart (they enter the PCA only). Ridge solves them by the primal plan
+//! ([`Primal`]); the sparse learners by coordinate descent ([`SparseRun`]).
+
+use std::time::Instant;
+
+use super::{select_rows, take, Accumulation, Batch, PassEnv};
+use crate::error::{Error, Result};
+use crate::pipeline::plan;
+use crate::pipeline::ridge::{primal, refit_lambda, settle};
+use crate::pipeline::solve_ctx::{Solution, SolveCtx};
+use crate::stats::GramStats;
+
+/// The statistics of one pass: labeled rows, and unlabeled rows apart.
+#[derive(Debug, Clone)]
+pub(crate) struct Sums {
+    pub labeled: GramStats,
+    pub unlabeled: Option<GramStats>,
+}
+
+impl Sums {
+    fn new(shift: &[f64], c: usize, semi: bool) -> Sums {
+        Sums { labeled: GramStats::new(shift.to_vec(), c), unlabeled: semi.then(|| GramStats::new(shift.to_vec(), 0)) }
+    }
+
+    fn from_blocks(mut blocks: Vec<(String, GramStats)>, semi: bool) -> std::result::Result<Sums, String> {
+        let labeled = take(&mut blocks, "labeled").ok_or("no labeled statistics")?;
+        let unlabeled = take(&mut blocks, "unlabeled");
+        if semi != unlabeled.is_some() {
+            return Err(if semi {
+                "no unlabeled statistics where the pipeline has unlabeled rows".into()
+            } else {
+                "unlabeled statistics where the pipeline has none".into()
+            });
+        }
+        if let Some((n, _)) = blocks.first() {
+            return Err(format!("statistics '{n}' that one-pass ridge does not hold"));
+        }
+        Ok(Sums { labeled, unlabeled })
+    }
+
+    fn update(&mut self, b: &Batch<'_>, env: &PassEnv) -> Result<()> {
+        let (threads, gram) = (env.threads, env.gram);
+        let rows = b.chunk.rows;
+        if b.labeled.iter().all(|&m| m) {
+            return self.labeled.add_with(b.z, b.y, rows, threads, gram).map_err(b.data_err());
+        }
+        let zl = select_rows(b.z, b.dim, b.labeled, true);
+        self.labeled.add_with(&zl, b.y, zl.len() / b.dim, threads, gram).map_err(b.data_err())?;
+        let zu = select_rows(b.z, b.dim, b.labeled, false);
+        let u = self
+            .unlabeled
+            .as_mut()
+            .ok_or_else(|| Error::Internal("unlabeled rows without unlabeled statistics".into()))?;
+        u.add_with(&zu, &[], zu.len() / b.dim, threads, gram).map_err(b.data_err())
+    }
+
+    fn state(&self) -> Vec<(String, &GramStats)> {
+        let mut v = vec![("labeled".to_string(), &self.labeled)];
+        if let Some(u) = &self.unlabeled {
+            v.push(("unlabeled".into(), u));
+        }
+        v
+    }
+
+    fn size_bytes(&self) -> u64 {
+        self.labeled.size_bytes() + self.unlabeled.as_ref().map_or(0, GramStats::size_bytes)
+    }
+
+    fn rows(&self) -> u64 {
+        self.labeled.n + self.unlabeled.as_ref().map_or(0, |u| u.n)
+    }
+}
+
+/// Ridge on one pass.
+#[derive(Debug)]
+pub(crate) struct Primal {
+    plan: plan::Primal,
+    sums: Sums,
+}
+
+impl Primal {
+    pub(crate) fn new(plan: plan::Primal, shift: &[f64], c: usize) -> Primal {
+        let sums = Sums::new(shift, c, plan.semi);
+        Primal { plan, sums }
+    }
+
+    pub(crate) fn from_blocks(
+        plan: plan::Primal,
+        blocks: Vec<(String, GramStats)>,
+    ) -> std::result::Result<Primal, String> {
+        let sums = Sums::from_blocks(blocks, plan.semi)?;
+        Ok(Primal { plan, sums })
+    }
+}
+
+impl Accumulation for Primal {
+    fn update(&mut self, batch: &Batch<'_>, env: &PassEnv) -> Result<()> {
+        self.sums.update(batch, env)
+    }
+    fn state(&self) -> Result<Vec<(String, &GramStats)>> {
+        Ok(self.sums.state())
+    }
+    fn size_bytes(&self) -> u64 {
+        self.sums.size_bytes()
+    }
+    fn rows(&self) -> u64 {
+        self.sums.rows()
+    }
+
+    fn solve(self: Box<Self>, ctx: &mut SolveCtx<'_>) -> Result<Solution> {
+        let start = Instant::now();
+        let Primal { plan, sums } = *self;
+        let Sums { mut labeled, unlabeled } = sums;
+        let lambda = plan.selection.lambda();
+        let solved = primal(&mut labeled, unlabeled.as_ref(), (plan.solve, plan.pca.as_ref()), lambda, ctx)?;
+        let refit_solve = plan.refit.unwrap_or(plan.solve);
+        let pca = plan.pca;
+        let mut refit = |held_out: &GramStats, lambdas: &[f64], ctx: &mut SolveCtx<'_>| {
+            labeled.merge(held_out).map_err(|e| Error::Internal(format!("validation statistics: {e}")))?;
+            let (solve, lambda) = refit_lambda(refit_solve, lambdas);
+            primal(&mut labeled, unlabeled.as_ref(), (solve, pca.as_ref()), lambda, ctx)
+        };
+        settle(solved, plan.selection, &mut refit, ctx, start)
+    }
+}
+
+/// A sparse learner on one pass.
+#[derive(Debug)]
+pub(crate) struct SparseRun {
+    plan: plan::Sparse,
+    sums: Sums,
+}
+
+impl SparseRun {
+    pub(crate) fn new(plan: plan::Sparse, shift: &[f64], c: usize) -> SparseRun {
+        let sums = Sums::new(shift, c, plan.semi);
+        SparseRun { plan, sums }
+    }
+
+    pub(crate) fn from_blocks(
+        plan: plan::Sparse,
+        blocks: Vec<(String, GramStats)>,
+    ) -> std::result::Result<SparseRun, String> {
+        let sums = Sums::from_blocks(blocks, plan.semi)?;
+        Ok(SparseRun { plan, sums })
+    }
+}
+
+impl Accumulation for SparseRun {
+    fn update(&mut self, batch: &Batch<'_>, env: &PassEnv) -> Result<()> {
+        self.sums.update(batch, env)
+    }
+    fn state(&self) -> Result<Vec<(String, &GramStats)>> {
+        Ok(self.sums.state())
+    }
+    fn size_bytes(&self) -> u64 {
+        self.sums.size_bytes()
+    }
+    fn rows(&self) -> u64 {
+        self.sums.rows()
+    }
+
+    fn solve(self: Box<Self>, ctx: &mut SolveCtx<'_>) -> Result<Solution> {
+        let SparseRun { plan, sums } = *self;
+        crate::pipeline::sparse::solve(&plan, sums.labeled, sums.unlabeled, ctx)
+    }
+}

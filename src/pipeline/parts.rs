@@ -1,0 +1,317 @@
+//! Part files: a shard's statistics with its manifest ([`Statistics`]), written and read
+//! back a block at a time, and the one check that parts belong together
+//! ([`check_parts`]: one run, each shard once, no row group twice) that `solve`, the
+//! library's merges and the engines' reduces all use.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::codes::OutputCode;
+use crate::error::{Error, Result};
+use crate::pipeline::accumulate::merge_blocks;
+use crate::pipeline::check::CheckedPipeline;
+use crate::pipeline::keys::{first_difference, statistics_keys};
+use crate::sketch::StageSpec;
+use crate::source::{Classes, ResolvedFeatures};
+use crate::stats::{stats_from_file, stats_to_bytes, GramStats};
+
+/// What a statistics file holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileKind {
+    /// One shard's statistics (`accumulate`, the library's partitions).
+    Shard,
+    /// The merged pass one of a sharded two-pass run (`solve` of pass-one parts).
+    Pass1,
+    /// A run's own checkpoint.
+    Checkpoint,
+}
+
+/// A row group's identity in a manifest: (unlabeled, file path, row group).
+pub(crate) type UnitId = (bool, String, usize);
+
+/// A shard's manifest, stored in its statistics file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct PartMeta {
+    pub(crate) kind: FileKind,
+    pub(crate) fingerprint: String,
+    pub(crate) shard: usize,
+    pub(crate) shards: usize,
+    pub(crate) units: Vec<UnitId>,
+    pub(crate) classes: Option<Classes>,
+    pub(crate) stages: Vec<StageSpec>,
+    pub(crate) features: ResolvedFeatures,
+    /// Which pass of a two-pass pipeline the part holds (1 for one-pass pipelines).
+    #[serde(default = "pass_one")]
+    pub(crate) pass: u32,
+    /// For pass-two parts: the checksum of the merged pass-one file they projected with.
+    #[serde(default)]
+    pub(crate) pass1_checksum: Option<String>,
+    /// The seed the maps were drawn with: `solve` rebuilds them from it, never from its
+    /// own command line.
+    #[serde(default)]
+    pub(crate) seed: Option<u64>,
+    /// The pipeline keys that decide the statistics, as accumulated (`keys.rs`).
+    #[serde(default)]
+    pub(crate) map_keys: Option<serde_json::Value>,
+    /// The output code's rows (ECOC), as the targets were encoded.
+    #[serde(default)]
+    pub(crate) code: Option<Vec<Vec<i8>>>,
+    /// Other shards of the same run merged into this part (see `Statistics::merge`).
+    #[serde(default)]
+    pub(crate) merged: Vec<usize>,
+}
+
+fn pass_one() -> u32 {
+    1
+}
+
+impl PartMeta {
+    /// The code the part's targets were encoded with.
+    pub(crate) fn output_code(&self) -> Result<Option<OutputCode>> {
+        match (&self.classes, &self.code) {
+            (None, _) => Ok(None),
+            (Some(k), None) => Ok(Some(OutputCode::OneVsAll { classes: k.len() })),
+            (Some(_), Some(rows)) => {
+                OutputCode::from_rows(rows).map(Some).map_err(|e| Error::Internal(format!("a part's output code: {e}")))
+            }
+        }
+    }
+
+    /// The shards the part holds, its own first.
+    pub(crate) fn shards_held(&self) -> impl Iterator<Item = usize> + '_ {
+        std::iter::once(self.shard).chain(self.merged.iter().copied())
+    }
+
+    /// The keys recorded for a pipeline.
+    pub(crate) fn keys_of(checked: &CheckedPipeline) -> serde_json::Value {
+        serde_json::Value::Object(statistics_keys(checked.spec()))
+    }
+}
+
+/// Named blocks of statistics, as a file holds them.
+pub(crate) type Blocks = Vec<(String, GramStats)>;
+
+/// A statistics file: its named blocks and its meta value.
+pub(crate) type StatsFile = (Blocks, serde_json::Value);
+
+/// `input`: a file this run only reads (parts), as opposed to its own checkpoint. Read a
+/// block at a time into the statistics (a 16 GiB part needs 16 GiB, not 32).
+pub(crate) fn read_stats(path: &Path, input: bool) -> Result<StatsFile> {
+    let bad = |message: String| Error::BadModel { path: path.into(), message };
+    let file = if input { crate::atomic::open_input(path)? } else { crate::atomic::open_own(path)? };
+    stats_from_file(file).map_err(|e| bad(e.to_string()))
+}
+
+/// The one check that parts belong to one run: the same fingerprint (pipeline, data,
+/// seed and fitted parameters), output code, pass and shard count as the first; no shard
+/// in two of them; no row group in two of them. Names the part at fault.
+pub(crate) fn check_parts(parts: &[(&Path, &PartMeta)]) -> Result<()> {
+    let Some(&(first_path, first)) = parts.first() else { return Ok(()) };
+    let mut seen_units = BTreeSet::new();
+    let mut seen_shards = std::collections::BTreeMap::new();
+    for &(path, m) in parts {
+        let bad = |message: String| Error::BadModel { path: path.to_path_buf(), message };
+        if m.fingerprint != first.fingerprint {
+            return Err(bad(format!(
+                "written by a different pipeline, data, seed or fitted parameters than {}",
+                first_path.display()
+            )));
+        }
+        // The fingerprint covers a code file's rows since this release; the codes
+        // themselves are compared too, so parts written before it cannot mix codes.
+        if m.code != first.code {
+            return Err(bad(format!(
+                "built with another output code than {} (was ridge.code_file edited between the shards?); accumulate every shard with one code",
+                first_path.display()
+            )));
+        }
+        if m.pass != first.pass || m.shards != first.shards {
+            return Err(bad(format!(
+                "pass {} of {} shards does not belong with pass {} of {} shards",
+                m.pass, m.shards, first.pass, first.shards
+            )));
+        }
+        for shard in m.shards_held() {
+            if let Some(other) = seen_shards.insert(shard, path) {
+                return Err(bad(format!(
+                    "shard {shard}/{} is in both {} and {}: given twice, merging it again would count its rows twice",
+                    m.shards,
+                    other.display(),
+                    path.display()
+                )));
+            }
+        }
+        for u in &m.units {
+            if !seen_units.insert(u.clone()) {
+                return Err(bad(format!("row group {} of {} is in two parts", u.2, u.1)));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Refuses to solve parts with a pipeline whose statistics keys differ from theirs,
+/// naming the first key that differs.
+pub(crate) fn check_parts_match(checked: &CheckedPipeline, part: &Path, meta: &PartMeta) -> Result<()> {
+    let spec = checked.spec();
+    let file = spec.source.as_str();
+    let (Some(seed), Some(keys)) = (meta.seed, &meta.map_keys) else {
+        return Err(Error::BadModel {
+            path: part.to_path_buf(),
+            message: "written by an older sketchfit that did not record its seed and stages; accumulate it again"
+                .into(),
+        });
+    };
+    if seed != spec.run.seed {
+        return Err(Error::config(
+            file,
+            "run.seed",
+            format!(
+                "the parts were accumulated with run.seed = {seed}, this pipeline has {}; their maps are drawn from their seed, so solve with the pipeline they were accumulated with",
+                spec.run.seed
+            ),
+        ));
+    }
+    if let (Some(a), Some(k)) = (keys.as_object(), spec.ridge.cv) {
+        if !a.contains_key("ridge.cv") {
+            return Err(Error::config(
+                file,
+                "ridge.cv",
+                format!(
+                    "is {k}, but the parts ({}) were accumulated without folds; accumulate them again with it",
+                    part.display()
+                ),
+            ));
+        }
+    }
+    if let Some((k, v)) = first_difference(spec, keys) {
+        return Err(Error::config(
+            file,
+            k,
+            format!(
+                "differs from the parts' ({}: {v}); solve with the pipeline they were accumulated with",
+                part.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A shard's statistics and manifest, as a part file holds them.
+#[derive(Debug, Clone)]
+pub struct Statistics {
+    /// Where it was read from, or what it was made from (for messages).
+    pub origin: PathBuf,
+    pub(crate) meta: PartMeta,
+    pub(crate) blocks: Vec<(String, GramStats)>,
+}
+
+impl Statistics {
+    /// Rows accumulated (labeled and unlabeled; pass one's for a two-pass part one).
+    pub fn rows(&self) -> u64 {
+        self.blocks.first().map_or(0, |(_, s)| s.n)
+    }
+
+    /// `(shard, shards)`.
+    pub fn shard(&self) -> (usize, usize) {
+        (self.meta.shard, self.meta.shards)
+    }
+
+    /// The shards this part holds, its own first.
+    pub fn shards_held(&self) -> Vec<usize> {
+        self.meta.shards_held().collect()
+    }
+
+    fn named(&self) -> Vec<(&str, &GramStats)> {
+        self.blocks.iter().map(|(n, s)| (n.as_str(), s)).collect()
+    }
+
+    /// The part file's bytes (read back before they are returned).
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        stats_to_bytes(&self.named(), serde_json::to_value(&self.meta).unwrap_or_default())
+    }
+
+    /// Writes the part file (streamed: no copy of the statistics in memory), atomically.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        crate::stats::stats_to_file(path, &self.named(), serde_json::to_value(&self.meta).unwrap_or_default())
+    }
+
+    /// Reads and verifies a part file.
+    pub fn load(path: &Path) -> Result<Statistics> {
+        let (blocks, meta) = read_stats(path, true)?;
+        Statistics::from_blocks(path, blocks, meta)
+    }
+
+    /// Reads and verifies a part file's bytes (`name` stands for the file in messages).
+    pub fn from_bytes(bytes: &[u8], name: &str) -> Result<Statistics> {
+        let path = Path::new(name);
+        let (blocks, meta) = crate::stats::stats_from_bytes(bytes)
+            .map_err(|e| Error::BadModel { path: path.into(), message: e.to_string() })?;
+        Statistics::from_blocks(path, blocks, meta)
+    }
+
+    pub(crate) fn from_blocks(
+        path: &Path,
+        blocks: Vec<(String, GramStats)>,
+        meta: serde_json::Value,
+    ) -> Result<Statistics> {
+        let bad = |message: String| Error::BadModel { path: path.to_path_buf(), message };
+        let meta: PartMeta = serde_json::from_value(meta).map_err(|e| bad(format!("not a shard's statistics: {e}")))?;
+        if meta.kind != FileKind::Shard {
+            return Err(bad("not a shard's statistics".into()));
+        }
+        if meta.pass == 2 && !blocks.iter().any(|(n, _)| n == "pass2") {
+            return Err(bad("no pass-two statistics".into()));
+        }
+        Ok(Statistics { origin: path.to_path_buf(), meta, blocks })
+    }
+
+    /// Merges another part of the same run into this one: same fitted parameters and
+    /// shard count, no shard or row group in both (merging a part twice would count
+    /// its rows twice, so it is refused).
+    pub fn merge(&mut self, other: Statistics) -> Result<()> {
+        check_parts(&[(&self.origin, &self.meta), (&other.origin, &other.meta)])?;
+        let bad = |message: String| Error::BadModel { path: other.origin.clone(), message };
+        let theirs: Vec<(String, &GramStats)> = other.blocks.iter().map(|(n, s)| (n.clone(), s)).collect();
+        merge_blocks(self.blocks.iter_mut().map(|(n, s)| (n.clone(), s)).collect(), &theirs).map_err(bad)?;
+        let Statistics { meta, .. } = other;
+        self.meta.merged.push(meta.shard);
+        self.meta.merged.extend(meta.merged);
+        self.meta.merged.sort_unstable();
+        self.meta.units.extend(meta.units);
+        Ok(())
+    }
+}
+
+/// The merged pass-one statistics of a sharded two-pass run, and the file's checksum.
+pub(crate) fn load_pass1(path: &Path, fingerprint: Option<&str>) -> Result<(Blocks, PartMeta, String)> {
+    let bad = |message: String| Error::BadModel { path: path.into(), message };
+    let (blocks, meta) = read_stats(path, true)?;
+    let meta: PartMeta =
+        serde_json::from_value(meta).map_err(|e| bad(format!("not merged pass-one statistics: {e}")))?;
+    if meta.kind != FileKind::Pass1 {
+        return Err(bad("not merged pass-one statistics (made by `solve` from pass-one parts)".into()));
+    }
+    if fingerprint.is_some_and(|f| f != meta.fingerprint) {
+        return Err(bad("written by a different pipeline, data or seed".into()));
+    }
+    if !blocks.iter().any(|(n, _)| n.starts_with("pass1.")) {
+        return Err(bad("no pass-one statistics".into()));
+    }
+    let blocks = blocks.into_iter().filter(|(n, _)| n.starts_with("pass1.")).collect();
+    Ok((blocks, meta, crate::container::file_checksum(path).map_err(|e| Error::io(path, e))?))
+}
+
+/// Parses `i/N`.
+pub fn parse_shard(s: &str) -> Result<(usize, usize)> {
+    let bad = || Error::usage("--shard", format!("'{s}' is not i/N with 0 ≤ i < N"));
+    let (i, n) = s.split_once('/').ok_or_else(bad)?;
+    let (i, n): (usize, usize) = (i.trim().parse().map_err(|_| bad())?, n.trim().parse().map_err(|_| bad())?);
+    if n == 0 || i >= n {
+        return Err(bad());
+    }
+    Ok((i, n))
+}

@@ -1,0 +1,379 @@
+//! Preparing a run before its first row: open and check the inputs, scan the classes,
+//! read or draw the output code, take the pre-pass sample, fit the stages of every
+//! candidate and their shifts, and fingerprint what decides the statistics. What the
+//! planner needs of all this is [`Prepared::facts`].
+
+use std::ops::Range;
+
+use crate::codes::OutputCode;
+use crate::error::{Error, Location, Result};
+use crate::pipeline::check::{CheckedPipeline, CodeChoice};
+use crate::pipeline::plan::Facts;
+use crate::pipeline::report::Reporter;
+use crate::pipeline::spec::{PipelineSpec, ShiftMode, Task};
+use crate::pipeline::stream::{check_nonnegative, sample_mean, Reservoir};
+use crate::rng::StageRng;
+use crate::sketch::{FeaturePipeline, StageSpec};
+use crate::source::{Chunk, Classes, Dataset, ResolvedFeatures, Unit};
+
+/// A row group of the labeled (`unlabeled = false`) or unlabeled inputs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkUnit {
+    /// From the unlabeled inputs.
+    pub unlabeled: bool,
+    /// The row group.
+    pub unit: Unit,
+}
+
+/// How classes become targets, and the features the model reads.
+#[derive(Debug, Clone)]
+pub(crate) struct Labels {
+    /// Classes (classification).
+    pub classes: Option<Classes>,
+    /// Their output code (classification).
+    pub code: Option<OutputCode>,
+    /// The resolved feature columns.
+    pub features: ResolvedFeatures,
+}
+
+impl Labels {
+    /// Classes and code together (classification), as held-out scoring needs them.
+    pub fn coded(&self) -> Option<(&Classes, &OutputCode)> {
+        self.classes.as_ref().zip(self.code.as_ref())
+    }
+}
+
+/// A map with its fitted stages and its accumulator shift.
+#[derive(Debug)]
+pub struct FittedMap {
+    /// The fitted stages (what a model header and a part record).
+    pub stages: Vec<StageSpec>,
+    /// The map.
+    pub pipeline: FeaturePipeline,
+    /// The accumulator shift `μ`.
+    pub shift: Vec<f64>,
+}
+
+impl FittedMap {
+    /// The map of fitted `stages` for inputs of width `d`, drawn from `seed`, with its shift.
+    pub fn build(stages: Vec<StageSpec>, d: usize, seed: u64, shift: Option<Vec<f64>>) -> Result<FittedMap> {
+        let pipeline = FeaturePipeline::build(&stages, d, seed)?;
+        let shift = shift.unwrap_or_else(|| vec![0.0; pipeline.output_dim()]);
+        Ok(FittedMap { stages, pipeline, shift })
+    }
+
+    /// Its feature dimension `D`.
+    pub fn dim(&self) -> usize {
+        self.pipeline.output_dim()
+    }
+
+    /// Each stage's range of features.
+    pub fn ranges(&self) -> Vec<Range<usize>> {
+        stage_ranges(&self.pipeline)
+    }
+}
+
+/// Everything fixed before the first main-pass row.
+#[derive(Debug)]
+pub struct Prepared {
+    /// Labeled inputs.
+    pub labeled: Dataset,
+    /// Unlabeled inputs.
+    pub unlabeled: Option<Dataset>,
+    /// Classes, code and features.
+    pub(crate) labels: Labels,
+    /// Outputs.
+    pub c: usize,
+    /// The maps: the pipeline's, or one per kernel candidate (the first the pipeline's own).
+    pub maps: Vec<FittedMap>,
+    /// Fingerprint of what decides the statistics.
+    pub fingerprint: String,
+    /// Every unit, labeled inputs first.
+    pub work: Vec<WorkUnit>,
+}
+
+impl Prepared {
+    #[allow(clippy::expect_used)] // Invariant: units are marked unlabeled only when unlabeled inputs were opened.
+    pub(crate) fn dataset(&self, unlabeled: bool) -> &Dataset {
+        if unlabeled {
+            self.unlabeled.as_ref().expect("unlabeled units come from the unlabeled inputs")
+        } else {
+            &self.labeled
+        }
+    }
+
+    /// A unit's identity for shard manifests: (unlabeled, file path, row group).
+    pub(crate) fn unit_id(&self, w: &WorkUnit) -> (bool, String, usize) {
+        (w.unlabeled, self.dataset(w.unlabeled).files[w.unit.file].path.display().to_string(), w.unit.row_group)
+    }
+
+    /// The map of the pipeline itself (the first candidate's with candidates).
+    #[allow(clippy::expect_used)] // Invariant: `prepare` builds at least one map.
+    pub fn map(&self) -> &FittedMap {
+        self.maps.first().expect("a prepared run has a map")
+    }
+
+    /// What the planner needs to know of the inputs and maps.
+    pub fn facts(&self) -> Facts {
+        Facts {
+            d: self.labeled.dim(),
+            dims: self.maps.iter().map(FittedMap::dim).collect(),
+            stage_dims: self.map().ranges().iter().map(Range::len).collect(),
+            outputs: self.c,
+            labeled_rows: self.labeled.total_rows(),
+            unlabeled_rows: self.unlabeled.as_ref().map_or(0, Dataset::total_rows),
+            files: self.labeled.files.len() + self.unlabeled.as_ref().map_or(0, |u| u.files.len()),
+        }
+    }
+}
+
+/// Opens and checks the inputs, scans the classes, fits the stages and the shift on
+/// the pre-pass sample.
+pub fn prepare(checked: &CheckedPipeline, report: &mut Reporter) -> Result<Prepared> {
+    let spec = checked.spec();
+    if spec.data.train.is_empty() {
+        return Err(Error::config(&spec.source, "data.train", "no training files given"));
+    }
+    let labeled = Dataset::open(&spec.data.train, checked.columns())?;
+    let unlabeled = if spec.data.unlabeled.is_empty() {
+        None
+    } else {
+        Some(Dataset::open(&spec.data.unlabeled, checked.feature_only_columns())?)
+    };
+    prepare_inputs(checked, labeled, unlabeled, report)
+}
+
+/// [`prepare`] on inputs already opened (files, or batches in memory).
+pub fn prepare_inputs(
+    checked: &CheckedPipeline,
+    labeled: Dataset,
+    unlabeled: Option<Dataset>,
+    report: &mut Reporter,
+) -> Result<Prepared> {
+    let spec = checked.spec();
+    if let Some(u) = &unlabeled {
+        same_features(&labeled, u, "unlabeled")?;
+    }
+    for (files, what) in [(&spec.data.test, "test"), (&spec.data.validation, "validation")] {
+        if !files.is_empty() {
+            same_features(&labeled, &Dataset::open(files, checked.labeled_columns())?, what)?;
+        }
+    }
+    let labels = labels(checked, &labeled)?;
+    let c = labels.code.as_ref().map_or(spec.data.targets.len(), OutputCode::outputs);
+    let mut work: Vec<WorkUnit> = labeled.units().into_iter().map(|unit| WorkUnit { unlabeled: false, unit }).collect();
+    if let Some(u) = &unlabeled {
+        work.extend(u.units().into_iter().map(|unit| WorkUnit { unlabeled: true, unit }));
+    }
+    let needs = spec.stages.iter().any(StageSpec::needs_nonnegative);
+    let mut check = |ch: &Chunk| check_nonnegative(needs, ch, &labeled.features);
+    let sample = prepass_sample(&labeled, unlabeled.as_ref(), &work, spec, &mut check)?;
+    // With candidates, the first map is the first candidate's; the others follow it.
+    let pipelines: Vec<&CheckedPipeline> = match &checked.candidates {
+        Some(set) => set.pipelines.iter().collect(),
+        None => vec![checked],
+    };
+    let maps = pipelines
+        .iter()
+        .enumerate()
+        .map(|(j, p)| fitted_map(checked, p.stages(), &sample, labeled.dim(), j))
+        .collect::<Result<Vec<_>>>()?;
+    let first = maps.first().ok_or_else(|| Error::Internal("no candidate pipelines".into()))?;
+    for (i, st) in first.stages.iter().enumerate() {
+        let t = match st {
+            StageSpec::GaussianSketch(g) => g.truncation,
+            StageSpec::GaussianSketchHd(g) => g.truncation,
+            _ => None,
+        };
+        if let Some(t) = t.filter(|&t| t > 64) {
+            report.warn(format!(
+                "stage {i}: the Gaussian sketch needs {t} terms: the bandwidth is small next to the data's spread; random Fourier features suit better"
+            ));
+        }
+    }
+    // The resolved inputs (every file's path, size and footer) are part of what a
+    // checkpoint or a shard must match: a glob that gains a file cannot resume.
+    let files: Vec<String> =
+        labeled.identity().into_iter().chain(unlabeled.iter().flat_map(Dataset::identity)).collect();
+    let fingerprint = crate::pipeline::keys::fingerprint(spec, &first.stages, &files, labels.code.as_ref());
+    Ok(Prepared { labeled, unlabeled, labels, c, maps, fingerprint, work })
+}
+
+/// Classes (scanned or given), their code, and the features.
+fn labels(checked: &CheckedPipeline, labeled: &Dataset) -> Result<Labels> {
+    let spec = checked.spec();
+    let classes = match spec.task {
+        Task::Classification => {
+            let classes = match &spec.data.classes {
+                Some(given) => given.clone(),
+                None => labeled.scan_classes()?,
+            };
+            if classes.len() < 2 {
+                return Err(Error::data(
+                    labeled.files[0].location().column(spec.data.label.clone().unwrap_or_default()),
+                    format!(
+                        "the label column has {} distinct value(s); classification needs at least 2",
+                        classes.len()
+                    ),
+                ));
+            }
+            Some(classes)
+        }
+        Task::Regression => None,
+    };
+    let code = match (&classes, &checked.code) {
+        (Some(k), Some(choice)) => Some(output_code(checked, choice, k.len())?),
+        _ => None,
+    };
+    Ok(Labels { classes, code, features: labeled.features.clone() })
+}
+
+/// Candidate `j`'s stages fitted on the sample, its map and its shift. Stage errors found
+/// only with the data (a `down_dim` at or above the map's width) name the pipeline file
+/// and, with candidates, the candidate.
+fn fitted_map(
+    checked: &CheckedPipeline,
+    stages: &[StageSpec],
+    sample: &[f32],
+    d: usize,
+    j: usize,
+) -> Result<FittedMap> {
+    let spec = checked.spec();
+    let candidate =
+        spec.candidates.as_ref().and_then(|c| c.values.get(j).map(|v| format!("stages.{}.{} = {v}", c.stage, c.key)));
+    let place = |e: Error| e.in_pipeline(&spec.source, candidate.as_deref());
+    let fitted: Vec<StageSpec> = stages
+        .iter()
+        .enumerate()
+        .map(|(i, s)| s.fit(sample, d, spec.run.seed, i))
+        .collect::<Result<_>>()
+        .map_err(place)?;
+    let mut map = FittedMap::build(fitted, d, spec.run.seed, None).map_err(place)?;
+    if spec.run.shift == ShiftMode::Sample {
+        let threads = crate::pipeline::plan::RunOptions::default().threads_for(checked);
+        map.shift = sample_mean(&map.pipeline, sample, threads);
+    }
+    Ok(map)
+}
+
+/// The stages of `spec` fitted on the pre-pass sample of one dataset (a feature map
+/// without a training run).
+pub(crate) fn fit_stages(spec: &PipelineSpec, data: &Dataset) -> Result<Vec<StageSpec>> {
+    let work: Vec<WorkUnit> = data.units().into_iter().map(|unit| WorkUnit { unlabeled: false, unit }).collect();
+    let needs = spec.stages.iter().any(StageSpec::needs_nonnegative);
+    let mut check = |ch: &Chunk| check_nonnegative(needs, ch, &data.features);
+    let sample = prepass_sample(data, None, &work, spec, &mut check)?;
+    let d = data.dim();
+    spec.stages.iter().enumerate().map(|(i, s)| s.fit(&sample, d, spec.run.seed, i)).collect()
+}
+
+/// The output code of a classification run (`ridge.codes`).
+pub(crate) fn output_code(checked: &CheckedPipeline, choice: &CodeChoice, classes: usize) -> Result<OutputCode> {
+    match choice {
+        CodeChoice::OneVsAll => Ok(OutputCode::OneVsAll { classes }),
+        CodeChoice::File(path) => {
+            let bytes = crate::atomic::read_input(path)?;
+            let text = String::from_utf8(bytes).map_err(|_| Error::data(Location::file(path), "not UTF-8 text"))?;
+            let code = OutputCode::parse(&text).map_err(|e| Error::data(Location::file(path), e.to_string()))?;
+            if code.classes() != classes {
+                return Err(Error::data(
+                    Location::file(path),
+                    format!("the code has {} rows but the labels have {classes} classes", code.classes()),
+                ));
+            }
+            Ok(code)
+        }
+        CodeChoice::Drawn { length } => OutputCode::random(classes, *length, checked.seed())
+            .map_err(|e| Error::config(checked.source(), "ridge.code_length", e.to_string())),
+    }
+}
+
+/// Every input a run reads beside the training files (unlabeled, test, validation)
+/// must give the training files' feature columns in their order: the column globs are
+/// resolved on each input's own first file, so they can match another set. Names the
+/// first column that differs.
+fn same_features(train: &Dataset, other: &Dataset, what: &str) -> Result<()> {
+    let (t, o) = (&train.features, &other.features);
+    if t.columns == o.columns && t.dim == o.dim {
+        return Ok(());
+    }
+    let at = other.files[0].location();
+    let message = if let Some(missing) = t.columns.iter().find(|c| !o.columns.contains(c)) {
+        format!(
+            "the {what} files have no feature column '{missing}' that the training files have ({} features here, {} there): give every {what} file the training files' feature columns",
+            o.dim, t.dim
+        )
+    } else if let Some(extra) = o.columns.iter().find(|c| !t.columns.contains(c)) {
+        format!(
+            "the {what} files have a feature column '{extra}' that the training files lack ({} features here, {} there): the feature columns must match",
+            o.dim, t.dim
+        )
+    } else if t.columns == o.columns {
+        format!(
+            "the {what} files' feature list has {} values per row, the training files' {}: the feature columns must match",
+            o.dim, t.dim
+        )
+    } else {
+        format!("the {what} files have the training files' feature columns in another order: the order must match")
+    };
+    Err(Error::data(at, message))
+}
+
+/// The pre-pass sample: units in a seeded random order until they hold four times the
+/// sample size (every unit for small inputs), then a seeded reservoir over their rows.
+/// It reads only those row groups and is the same in every shard.
+pub(crate) fn prepass_sample(
+    labeled: &Dataset,
+    unlabeled: Option<&Dataset>,
+    work: &[WorkUnit],
+    spec: &PipelineSpec,
+    check: &mut dyn FnMut(&Chunk) -> Result<()>,
+) -> Result<Vec<f32>> {
+    let n = spec.run.sample_rows.max(1);
+    let d = labeled.dim();
+    let mut rng = StageRng::new(spec.run.seed, u64::MAX - 1);
+    let mut order: Vec<usize> = (0..work.len()).collect();
+    for k in (1..order.len()).rev() {
+        let j = rng.below(k as u32 + 1) as usize;
+        order.swap(k, j);
+    }
+    let mut take = Vec::new();
+    let mut rows = 0;
+    for &i in &order {
+        if rows >= 4 * n {
+            break;
+        }
+        take.push(i);
+        rows += work[i].unit.rows;
+    }
+    take.sort_unstable();
+    let mut res = Reservoir::new(n, d, spec.run.seed, u64::MAX);
+    for &i in &take {
+        let w = work[i];
+        let ds = match (w.unlabeled, unlabeled) {
+            (true, Some(u)) => u,
+            (true, None) => return Err(Error::Internal("unlabeled work unit without unlabeled inputs".into())),
+            (false, _) => labeled,
+        };
+        ds.read_unit(w.unit, spec.run.chunk_rows, &mut |ch: Chunk| {
+            check(&ch)?;
+            res.offer(&ch.x, ch.rows);
+            Ok(())
+        })?;
+    }
+    Ok(res.rows)
+}
+
+/// Each stage's range of features in `pipeline`'s output.
+pub(crate) fn stage_ranges(pipeline: &FeaturePipeline) -> Vec<Range<usize>> {
+    let mut start = 0;
+    pipeline
+        .stages()
+        .iter()
+        .map(|s| {
+            let r = start..start + s.output_dim();
+            start = r.end;
+            r
+        })
+        .collect()
+}
