@@ -128,7 +128,7 @@ fn clashing_input(target: &Path) -> Option<PathBuf> {
 /// and it is none of this run's inputs. Commands call it before any long work, so a bad
 /// output path costs nothing.
 pub fn check_output(target: &Path) -> Result<()> {
-    let bad = |message: String| Error::config("command line", "output", message);
+    let bad = |message: String| Error::usage("output", message);
     if target.file_name().is_none() {
         return Err(bad(format!("'{}' is not a file name", target.display())));
     }
@@ -153,9 +153,9 @@ impl AtomicFile {
     /// Starts writing `target` (its directory must exist; it must not be an input).
     pub fn create(target: &Path) -> Result<AtomicFile> {
         check_output(target)?;
-        let name = target.file_name().ok_or_else(|| {
-            Error::config("command line", "output", format!("'{}' is not a file name", target.display()))
-        })?;
+        let name = target
+            .file_name()
+            .ok_or_else(|| Error::usage("output", format!("'{}' is not a file name", target.display())))?;
         let dir = target.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         let tmp = dir.join(format!(".{}.tmp-{}", name.to_string_lossy(), std::process::id()));
         let file = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;

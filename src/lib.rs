@@ -47,13 +47,14 @@ pub mod codes;
 pub mod container;
 pub mod error;
 pub mod metrics;
+pub mod plot;
 pub mod rng;
 pub mod scoring;
 pub mod sketch;
 pub mod solve;
 pub mod source;
 pub mod stats;
-pub mod trigram;
+pub mod twosample;
 
 pub use api::{Lambda, Pipeline};
 pub use error::{Error, Result};

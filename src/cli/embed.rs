@@ -8,7 +8,8 @@ use parquet::arrow::ArrowWriter;
 use super::mmd::SketchArgs;
 use sketchfit::atomic::AtomicFile;
 use sketchfit::error::{Error, Location, Result};
-use sketchfit::pipeline::mmd::{embed_groups, Lsh};
+use sketchfit::pipeline::mmd::embed_groups;
+use sketchfit::twosample::Lsh;
 
 /// `sketchfit embed --input FILES --group-by COL --output OUT.parquet`
 #[derive(Debug, clap::Args)]
@@ -47,35 +48,20 @@ pub struct Args {
 pub fn run(a: Args) -> Result<()> {
     let s = a.sketch.setup(super::threads(a.threads))?;
     if a.lsh == Some(0) || a.lsh.is_some_and(|k| k > 64) {
-        return Err(Error::config("command line", "--lsh", "the number of hashes must be from 1 to 64"));
+        return Err(Error::usage("--lsh", "the number of hashes must be from 1 to 64"));
     }
     if let Some(w) = a.lsh_width {
         if a.lsh.is_none() {
-            return Err(Error::config(
-                "command line",
-                "--lsh-width",
-                "is the width of the --lsh buckets: give --lsh too",
-            ));
+            return Err(Error::usage("--lsh-width", "is the width of the --lsh buckets: give --lsh too"));
         }
         if !(w.is_finite() && w > 0.0) {
-            return Err(Error::config(
-                "command line",
+            return Err(Error::usage(
                 "--lsh-width",
                 format!("must be a positive number, got {w} (leave it out for the median distance between embeddings)"),
             ));
         }
     }
-    let (mut groups, _) = embed_groups(
-        &a.input,
-        s.cols,
-        &a.group_by,
-        &s.stages,
-        s.seed,
-        s.sample_rows,
-        s.chunk_rows,
-        a.min_rows,
-        s.threads,
-    )?;
+    let (mut groups, _) = embed_groups(&a.input, &a.group_by, &s, a.min_rows)?;
     let m = groups.first().map_or(0, |g| g.embedding.len());
     let dist = |x: &[f64], y: &[f64]| x.iter().zip(y).map(|(p, q)| (p - q).powi(2)).sum::<f64>().sqrt();
     if let Some(k) = a.lsh {

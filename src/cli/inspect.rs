@@ -2,6 +2,7 @@ use std::path::PathBuf;
 
 use sketchfit::error::{Error, Result};
 use sketchfit::model::Model;
+use sketchfit::plot::{Chart, Series, XAxis};
 
 /// `sketchfit inspect MODEL`
 #[derive(Debug, clap::Args)]
@@ -190,66 +191,26 @@ fn sparse_text(t: &sketchfit::model::SparseTable) -> String {
 /// A scree plot: eigenvalue against index, log₁₀ scale, one line per spectrum, with a
 /// mark at the number of components kept.
 fn scree_svg(spectra: &[(String, &[f64], usize)]) -> String {
-    use std::fmt::Write as _;
-    let (w, h, m) = (640.0, 420.0, 60.0);
-    let colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"];
-    let n_max = spectra.iter().map(|s| s.1.len()).max().unwrap_or(1).max(2) as f64;
-    let logs = |v: &[f64]| -> Vec<f64> { v.iter().filter(|&&x| x > 0.0).map(|x| x.log10()).collect() };
-    let all: Vec<f64> = spectra.iter().flat_map(|s| logs(s.1)).collect();
-    let y1 = all.iter().copied().fold(f64::MIN, f64::max).ceil();
-    let y0 = all.iter().copied().fold(f64::MAX, f64::min).floor().max(y1 - 16.0);
-    let (y0, y1) = if all.is_empty() { (0.0, 1.0) } else { (y0, y1.max(y0 + 1.0)) };
-    let px = |i: f64| m + i / (n_max - 1.0) * (w - 2.0 * m);
-    let py = |y: f64| h - m - (y.max(y0) - y0) / (y1 - y0) * (h - 2.0 * m);
-    let mut s = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"{}\" y=\"20\" text-anchor=\"middle\" font-size=\"14\">eigenvalue spectrum of the feature covariance</text>\n",
-        w / 2.0
-    );
-    let _ = writeln!(s, "<line x1=\"{m}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>", h - m, w - m, h - m);
-    let _ = writeln!(s, "<line x1=\"{m}\" y1=\"{m}\" x2=\"{m}\" y2=\"{}\" stroke=\"black\"/>", h - m);
-    let mut yt = y0 as i64;
-    while (yt as f64) <= y1 {
-        let _ =
-            writeln!(s, "<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">1e{yt}</text>", m - 6.0, py(yt as f64) + 4.0);
-        yt += 1;
+    let series = spectra
+        .iter()
+        .map(|(name, ev, e)| {
+            // At most about 1,500 points a line: a D = 65,536 spectrum would be megabytes.
+            let step = (ev.len() / 1500).max(1);
+            Series {
+                name: format!("{name}: E = {e}"),
+                points: ev.iter().enumerate().filter(|(i, _)| i % step == 0).map(|(i, &v)| (i as f64, v)).collect(),
+                mark: (*e > 0 && *e <= ev.len()).then(|| (*e - 1) as f64),
+                dots: false,
+            }
+        })
+        .collect();
+    Chart {
+        title: "eigenvalue spectrum of the feature covariance".into(),
+        x_label: "component".into(),
+        y_label: "eigenvalue".into(),
+        x_axis: XAxis::Index,
+        series,
+        max_decades: 16.0,
     }
-    for t in 0..=4 {
-        let i = (n_max - 1.0) * t as f64 / 4.0;
-        let _ = writeln!(
-            s,
-            "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
-            px(i),
-            h - m + 18.0,
-            i.round() as u64 + 1
-        );
-    }
-    let _ = writeln!(s, "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">component</text>", w / 2.0, h - 15.0);
-    for (k, (name, ev, e)) in spectra.iter().enumerate() {
-        let c = colors[k % colors.len()];
-        let step = (ev.len() / 1500).max(1);
-        let pts: Vec<String> = ev
-            .iter()
-            .enumerate()
-            .filter(|(i, v)| **v > 0.0 && i % step == 0)
-            .map(|(i, v)| format!("{:.1},{:.1}", px(i as f64), py(v.log10())))
-            .collect();
-        let _ =
-            writeln!(s, "<polyline fill=\"none\" stroke=\"{c}\" stroke-width=\"1.5\" points=\"{}\"/>", pts.join(" "));
-        if *e > 0 && *e <= ev.len() {
-            let x = px((*e - 1) as f64);
-            let _ = writeln!(
-                s,
-                "<line x1=\"{x:.1}\" y1=\"{m}\" x2=\"{x:.1}\" y2=\"{}\" stroke=\"{c}\" stroke-dasharray=\"4 3\"/>",
-                h - m
-            );
-        }
-        let _ = writeln!(
-            s,
-            "<text x=\"{}\" y=\"{}\" fill=\"{c}\">{name}: E = {e}</text>",
-            w - m - 150.0,
-            m + 16.0 * k as f64
-        );
-    }
-    s += "</svg>\n";
-    s
+    .svg()
 }

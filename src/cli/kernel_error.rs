@@ -32,11 +32,7 @@ pub struct Args {
 pub fn run(a: Args) -> Result<()> {
     let spec = PipelineSpec::load(&a.pipeline, &a.set)?;
     if a.sample > 20_000 {
-        return Err(Error::config(
-            "command line",
-            "--sample",
-            "at most 20000 rows (the exact kernel is sample² entries)",
-        ));
+        return Err(Error::usage("--sample", "at most 20000 rows (the exact kernel is sample² entries)"));
     }
     let report = kernel_error(&spec.check()?, &a.input, a.sample, a.seeds, a.plot.is_some())?;
     if let Some(p) = &a.plot {

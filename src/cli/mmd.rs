@@ -1,7 +1,7 @@
 use std::path::PathBuf;
 
 use sketchfit::error::{Error, Result};
-use sketchfit::pipeline::mmd::{mmd, MmdOptions};
+use sketchfit::pipeline::mmd::{mmd, MmdOptions, Sketching};
 use sketchfit::pipeline::spec::PipelineSpec;
 use sketchfit::sketch::{GaussianSketchHdSpec, StageSpec};
 use sketchfit::source::{ColumnSpec, FeatureColumns};
@@ -29,21 +29,12 @@ pub struct SketchArgs {
     sample_rows: usize,
 }
 
-pub struct Setup {
-    pub cols: ColumnSpec,
-    pub stages: Vec<StageSpec>,
-    pub seed: u64,
-    pub sample_rows: usize,
-    pub chunk_rows: usize,
-    pub threads: usize,
-}
-
 impl SketchArgs {
-    pub fn setup(&self, threads: usize) -> Result<Setup> {
+    pub fn setup(&self, threads: usize) -> Result<Sketching> {
         if let Some(p) = &self.pipeline {
             let spec = PipelineSpec::load(p, &[])?;
             let cols = spec.check()?.feature_only_columns();
-            return Ok(Setup {
+            return Ok(Sketching {
                 cols,
                 stages: spec.stages.clone(),
                 seed: spec.run.seed,
@@ -57,8 +48,11 @@ impl SketchArgs {
             dim: self.dim,
             ..Default::default()
         });
-        stage.validate("command line", "--sigma/--dim")?;
-        Ok(Setup {
+        stage.validate("--sigma/--dim", "--sigma/--dim").map_err(|e| match e {
+            Error::Config { message, .. } => Error::usage("--sigma/--dim", message),
+            other => other,
+        })?;
+        Ok(Sketching {
             cols: ColumnSpec {
                 features: FeatureColumns::Columns(self.features.clone()),
                 label: None,
@@ -105,15 +99,11 @@ pub struct Args {
 
 pub fn run(a: Args) -> Result<()> {
     if a.permutations == 0 || a.cap < 2 {
-        return Err(Error::config(
-            "command line",
-            "--permutations/--cap",
-            "need at least 1 permutation and 2 rows per set",
-        ));
+        return Err(Error::usage("--permutations/--cap", "need at least 1 permutation and 2 rows per set"));
     }
     let s = a.sketch.setup(super::threads(a.threads))?;
     let opts = MmdOptions { permutations: a.permutations, cap: a.cap, exact: a.exact, threads: s.threads };
-    let r = mmd(&a.a, &a.b, s.cols, &s.stages, s.seed, s.sample_rows, s.chunk_rows, &opts)?;
+    let r = mmd(&a.a, &a.b, &s, &opts)?;
     let text = if a.json {
         serde_json::to_string_pretty(&r).map_err(|e| Error::Numerical(e.to_string()))? + "\n"
     } else {

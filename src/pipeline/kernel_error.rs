@@ -11,6 +11,7 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::pipeline::check::CheckedPipeline;
 use crate::pipeline::stream::reservoir;
+use crate::plot::{Chart, Series, XAxis};
 use crate::sketch::{Stage, StageSpec};
 use crate::source::Dataset;
 
@@ -226,90 +227,29 @@ impl KernelErrorReport {
 
     /// An SVG plot of NRMS against dimension (log–log), one line per stage.
     pub fn to_svg(&self) -> String {
-        let (w, h, m) = (640.0, 420.0, 60.0);
-        let pts: Vec<&StageError> = self.sweep.iter().filter(|e| e.nrms_mean > 0.0).collect();
-        let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
-        for e in &pts {
-            let (x, y) = ((e.dim as f64).log2(), e.nrms_mean.log10());
-            x0 = x0.min(x);
-            x1 = x1.max(x);
-            y0 = y0.min(y);
-            y1 = y1.max(y);
-        }
-        if pts.is_empty() {
-            (x0, x1, y0, y1) = (0.0, 1.0, -1.0, 0.0);
-        }
-        let (y0, y1) = (y0.floor(), y1.ceil().max(y0.floor() + 1.0));
-        let x1 = x1.max(x0 + 1.0);
-        let px = |x: f64| m + (x - x0) / (x1 - x0) * (w - 2.0 * m);
-        let py = |y: f64| h - m - (y - y0) / (y1 - y0) * (h - 2.0 * m);
-        let colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf"];
-        let mut s = format!(
-            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
-             <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-             <text x=\"{}\" y=\"20\" text-anchor=\"middle\" font-size=\"14\">kernel approximation error ({} rows, {} seeds)</text>\n",
-            w / 2.0,
-            self.rows,
-            self.seeds
-        );
-        let _ = writeln!(s, "<line x1=\"{m}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>", h - m, w - m, h - m);
-        let _ = writeln!(s, "<line x1=\"{m}\" y1=\"{m}\" x2=\"{m}\" y2=\"{}\" stroke=\"black\"/>", h - m);
-        let mut xt = x0.ceil() as i64;
-        while (xt as f64) <= x1 {
-            let _ = writeln!(
-                s,
-                "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
-                px(xt as f64),
-                h - m + 18.0,
-                1u64 << xt.clamp(0, 62)
-            );
-            xt += 1;
-        }
-        let mut yt = y0 as i64;
-        while (yt as f64) <= y1 {
-            let _ = writeln!(
-                s,
-                "<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">1e{yt}</text>",
-                m - 6.0,
-                py(yt as f64) + 4.0
-            );
-            yt += 1;
-        }
-        let _ =
-            writeln!(s, "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">output dimension D</text>", w / 2.0, h - 15.0);
-        let _ = writeln!(
-            s,
-            "<text x=\"15\" y=\"{}\" transform=\"rotate(-90 15 {})\" text-anchor=\"middle\">NRMS ‖K̂−K‖/‖K‖</text>",
-            h / 2.0,
-            h / 2.0
-        );
-        let mut stages: Vec<usize> = pts.iter().map(|e| e.stage).collect();
+        // A stage that is exact everywhere (NRMS 0) has nothing to draw on a log axis.
+        let mut stages: Vec<usize> = self.sweep.iter().filter(|e| e.nrms_mean > 0.0).map(|e| e.stage).collect();
         stages.dedup();
-        for (k, st) in stages.iter().enumerate() {
-            let c = colors[k % colors.len()];
-            let line: Vec<String> = pts
-                .iter()
-                .filter(|e| e.stage == *st)
-                .map(|e| format!("{:.1},{:.1}", px((e.dim as f64).log2()), py(e.nrms_mean.log10())))
-                .collect();
-            let _ = writeln!(
-                s,
-                "<polyline fill=\"none\" stroke=\"{c}\" stroke-width=\"2\" points=\"{}\"/>",
-                line.join(" ")
-            );
-            for p in &line {
-                let (a, b) = p.split_once(',').unwrap_or(("0", "0"));
-                let _ = writeln!(s, "<circle cx=\"{a}\" cy=\"{b}\" r=\"3\" fill=\"{c}\"/>");
-            }
-            let name = pts.iter().find(|e| e.stage == *st).map(|e| e.spec.kind()).unwrap_or_default();
-            let _ = writeln!(
-                s,
-                "<text x=\"{}\" y=\"{}\" fill=\"{c}\">stage {st}: {name}</text>",
-                w - m - 170.0,
-                m + 16.0 * k as f64
-            );
+        let series = stages
+            .iter()
+            .map(|&st| {
+                let of: Vec<&StageError> = self.sweep.iter().filter(|e| e.stage == st).collect();
+                Series {
+                    name: format!("stage {st}: {}", of.first().map(|e| e.spec.kind()).unwrap_or_default()),
+                    points: of.iter().map(|e| (e.dim as f64, e.nrms_mean)).collect(),
+                    mark: None,
+                    dots: true,
+                }
+            })
+            .collect();
+        Chart {
+            title: format!("kernel approximation error ({} rows, {} seeds)", self.rows, self.seeds),
+            x_label: "output dimension D".into(),
+            y_label: "NRMS ‖K̂−K‖/‖K‖".into(),
+            x_axis: XAxis::Log2,
+            series,
+            max_decades: f64::INFINITY,
         }
-        s += "</svg>\n";
-        s
+        .svg()
     }
 }

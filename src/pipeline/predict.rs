@@ -329,11 +329,7 @@ fn prediction_schema(model: &Model, ds: &Dataset, opts: &PredictOptions) -> Resu
     };
     for n in pred_names.iter().chain(&score_names) {
         if opts.keep.contains(n) {
-            return Err(Error::config(
-                "command line",
-                "--keep",
-                format!("kept column '{n}' clashes with an output column"),
-            ));
+            return Err(Error::usage("--keep", format!("kept column '{n}' clashes with an output column")));
         }
         fields.push(Field::new(n, if score_names.contains(n) { DataType::Float64 } else { pred_type.clone() }, false));
     }
@@ -394,7 +390,7 @@ pub fn transform(model: &Model, inputs: &[PathBuf], output: &Path, opts: &Predic
     let ds = open_for(model, inputs, false, &opts.keep)?;
     let mut fields = kept_fields(&ds, &opts.keep)?;
     if opts.keep.iter().any(|k| k == "pca") {
-        return Err(Error::config("command line", "--keep", "kept column 'pca' clashes with the output column"));
+        return Err(Error::usage("--keep", "kept column 'pca' clashes with the output column"));
     }
     let item = Arc::new(Field::new("item", DataType::Float32, false));
     fields.push(Field::new("pca", DataType::FixedSizeList(item.clone(), e as i32), false));

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::family::Family;
 use super::keys::{defaults, dim, eta, fail, family_spec, no_fitting, poly, weight, Checked, DownKind};
-use super::maclaurin::{dot_kernel, DotKernel, DotKind, RandomMaclaurin};
+use super::maclaurin::{dot_kernel, DotKernel, DotKind, Layout, RandomMaclaurin};
 use super::params::{PResult, ParamArray, Params};
 use super::tensor::{PolyKernel, TensorSketch};
 use super::{FeatureMap, Kernel, Sketch};
@@ -108,6 +108,11 @@ impl CraftmapsSpec {
         dot_kernel(self.kernel, self.degree, self.gamma, self.offset)
     }
 
+    /// The up-projection's random Maclaurin layout for inputs of width `d`.
+    fn layout(&self, d: usize) -> Layout {
+        Layout { kernel: self.dot(), d, dim: self.up_dim(), eta: self.eta, h01: self.h01, hadamard: self.hadamard }
+    }
+
     fn poly(&self) -> PolyKernel {
         PolyKernel { degree: self.degree, gamma: self.gamma, offset: self.offset }
     }
@@ -147,9 +152,7 @@ impl Family for CraftmapsSpec {
     /// The up-projection, then the down-projection from its output.
     fn build(s: &Self, d: usize, rng: &mut StageRng) -> Box<dyn Sketch> {
         let up: Box<dyn Sketch> = match s.up {
-            UpKind::RandomMaclaurin => {
-                Box::new(RandomMaclaurin::draw(s.dot(), d, s.up_dim(), s.eta, s.h01, s.hadamard, rng))
-            }
+            UpKind::RandomMaclaurin => Box::new(RandomMaclaurin::draw(s.layout(d), rng)),
             UpKind::TensorSketch => Box::new(TensorSketch::draw(s.poly(), d, s.up_dim(), rng)),
         };
         let down = s.down.draw(up.output_dim(), s.dim, rng);
@@ -161,9 +164,7 @@ impl Family for CraftmapsSpec {
         let up_p = p.sub("up_");
         let up_params = Params(&up_p);
         let up: Box<dyn Sketch> = match s.up {
-            UpKind::RandomMaclaurin => {
-                Box::new(RandomMaclaurin::restore(s.dot(), d, s.up_dim(), s.eta, s.h01, s.hadamard, &up_params)?)
-            }
+            UpKind::RandomMaclaurin => Box::new(RandomMaclaurin::restore(s.layout(d), &up_params)?),
             UpKind::TensorSketch => Box::new(TensorSketch::restore(s.poly(), d, s.up_dim(), &up_params, "")?),
         };
         let down_p = p.sub("down_");

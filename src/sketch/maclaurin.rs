@@ -165,19 +165,31 @@ pub struct RandomMaclaurin {
     pub eta: f64,
 }
 
+/// What a random Maclaurin map is drawn for: its kernel, input width `d`, requested
+/// dimension, order base `η`, and whether H0/1 and the Hadamard-structured projections
+/// apply.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Layout {
+    /// The dot-product kernel.
+    pub kernel: DotKernel,
+    /// Input width.
+    pub d: usize,
+    /// Requested dimension.
+    pub dim: usize,
+    /// Order base η.
+    pub eta: f64,
+    /// Exact order-0 and order-1 features (H0/1).
+    pub h01: bool,
+    /// Hadamard-structured projections instead of dense signs.
+    pub hadamard: bool,
+}
+
 impl RandomMaclaurin {
     /// Draws a map of (requested) dimension `dim`. H0/1 applies when asked, `dim > d + 1`
     /// and `a_0 + a_1 > 0`; with no order ≥ 2 in the support the map is then exact and
     /// has dimension `d + [a_0 > 0]`.
-    pub fn draw(
-        kernel: DotKernel,
-        d: usize,
-        dim: usize,
-        eta: f64,
-        h01: bool,
-        hadamard: bool,
-        rng: &mut StageRng,
-    ) -> Self {
+    pub fn draw(layout: Layout, rng: &mut StageRng) -> Self {
+        let Layout { kernel, d, dim, eta, h01, hadamard } = layout;
         let h01 = h01 && dim > d + 1 && kernel.coef(0) + kernel.coef(1) > 0.0;
         let (n_min, n_random) = if h01 {
             let exact = d + usize::from(kernel.coef(0) > 0.0);
@@ -364,6 +376,10 @@ impl RandomMaclaurinSpec {
     fn dot(&self) -> DotKernel {
         dot_kernel(self.kernel, self.degree, self.gamma, self.offset)
     }
+
+    fn layout(&self, d: usize, dim: usize) -> Layout {
+        Layout { kernel: self.dot(), d, dim, eta: self.eta, h01: self.h01, hadamard: self.hadamard }
+    }
 }
 
 impl Family for RandomMaclaurinSpec {
@@ -385,24 +401,17 @@ impl Family for RandomMaclaurinSpec {
         Kernel::Dot(s.dot())
     }
     fn build(s: &Self, d: usize, rng: &mut StageRng) -> Box<dyn Sketch> {
-        Box::new(RandomMaclaurin::draw(s.dot(), d, s.dim, s.eta, s.h01, s.hadamard, rng))
+        Box::new(RandomMaclaurin::draw(s.layout(d, s.dim), rng))
     }
     fn restore(s: &Self, d: usize, p: &Params) -> PResult<Box<dyn Sketch>> {
-        Ok(Box::new(RandomMaclaurin::restore(s.dot(), d, s.dim, s.eta, s.h01, s.hadamard, p)?))
+        Ok(Box::new(RandomMaclaurin::restore(s.layout(d, s.dim), p)?))
     }
 }
 
 impl RandomMaclaurin {
     /// Rebuilds a map from stored `orders` and `signs` (or `zeta` and `perm`).
-    pub(crate) fn restore(
-        kernel: DotKernel,
-        d: usize,
-        dim: usize,
-        eta: f64,
-        h01: bool,
-        hadamard: bool,
-        p: &Params,
-    ) -> PResult<Self> {
+    pub(crate) fn restore(layout: Layout, p: &Params) -> PResult<Self> {
+        let Layout { kernel, d, dim, eta, h01, hadamard } = layout;
         let h01 = h01 && dim > d + 1 && kernel.coef(0) + kernel.coef(1) > 0.0;
         let n_rand = p.shape("orders")?.first().copied().unwrap_or(0);
         let orders = p.u32("orders", &[n_rand])?;

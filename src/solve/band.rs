@@ -89,7 +89,7 @@ impl TwoStage {
             blocks.push(head);
             rest = tail;
         }
-        crate::trigram::parallel(blocks, threads, |mut block| {
+        crate::stats::parallel(blocks, threads, |mut block| {
             let mut rows = RowMajor::from(block.as_ref());
             for j in (0..n.saturating_sub(2)).rev() {
                 let sweep = self.sweep(j);
@@ -355,7 +355,8 @@ fn chase(bd: &mut [f64], n: usize, b: usize, store: &mut Mat<f64>, mut rhs: MatM
             let col = if seg == 0 { j } else { ps };
             if seg > 0 {
                 // Fill: the block rows s..s+len, cols ps..ps+pl times the previous H.
-                right_apply(bd, ld, s, len, ps, pl, &prev[..pl], prev_tau, &mut w);
+                let h = Reflector { v: &prev[..pl], tau: prev_tau };
+                right_apply(bd, ld, (s..s + len, ps..ps + pl), h, &mut w);
             }
             let x = &mut bd[at(s, col)..at(s, col) + len];
             let (_, tau) = householder(x);
@@ -373,7 +374,7 @@ fn chase(bd: &mut [f64], n: usize, b: usize, store: &mut Mat<f64>, mut rhs: MatM
                         reflect(&v[..len], tau, &mut bd[at(s, cq)..at(s, cq) + len]);
                     }
                 }
-                two_sided(bd, ld, s, len, &v[..len], tau, &mut w);
+                two_sided(bd, ld, s..s + len, Reflector { v: &v[..len], tau }, &mut w);
                 rows.reflect(s, &v[1..len], tau);
             }
             prev[..len].copy_from_slice(&v[..len]);
@@ -384,19 +385,23 @@ fn chase(bd: &mut [f64], n: usize, b: usize, store: &mut Mat<f64>, mut rhs: MatM
     rows.write_to(rhs.rb_mut());
 }
 
-/// `B ← B (I − τ v vᵀ)` for the block rows `r0..r0+rl`, columns `c0..c0+cl` of the band.
-#[allow(clippy::too_many_arguments)]
+/// A Householder reflector `I − τ v vᵀ`.
+#[derive(Clone, Copy)]
+struct Reflector<'a> {
+    v: &'a [f64],
+    tau: f64,
+}
+
+/// `B ← B (I − τ v vᵀ)` for the block `(rows, columns)` of the band.
 fn right_apply(
     bd: &mut [f64],
     ld: usize,
-    r0: usize,
-    rl: usize,
-    c0: usize,
-    cl: usize,
-    v: &[f64],
-    tau: f64,
+    block: (std::ops::Range<usize>, std::ops::Range<usize>),
+    h: Reflector<'_>,
     u: &mut [f64],
 ) {
+    let (r0, rl, c0, cl) = (block.0.start, block.0.len(), block.1.start, block.1.len());
+    let Reflector { v, tau } = h;
     if tau == 0.0 {
         return;
     }
@@ -419,7 +424,9 @@ fn right_apply(
 }
 
 /// `A ← H A H` on the symmetric diagonal block `s..s+len` (lower part stored).
-fn two_sided(bd: &mut [f64], ld: usize, s: usize, len: usize, v: &[f64], tau: f64, w: &mut [f64]) {
+fn two_sided(bd: &mut [f64], ld: usize, block: std::ops::Range<usize>, h: Reflector<'_>, w: &mut [f64]) {
+    let (s, len) = (block.start, block.len());
+    let Reflector { v, tau } = h;
     let w = &mut w[..len];
     w.iter_mut().for_each(|x| *x = 0.0);
     // w = τ A v from the lower triangle: column q contributes A[q.., q] v[q] to w[q..]

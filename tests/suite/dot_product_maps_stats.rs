@@ -4,7 +4,7 @@
 
 use sketchfit::rng::StageRng;
 use sketchfit::sketch::hadamard::{fwht, next_pow2, Srht};
-use sketchfit::sketch::maclaurin::{DotKernel, OrderLaw, RandomMaclaurin};
+use sketchfit::sketch::maclaurin::{DotKernel, Layout, OrderLaw, RandomMaclaurin};
 use sketchfit::sketch::recursive::RecursiveTensorSketch;
 use sketchfit::sketch::{build_map, CraftmapsSpec, DotKind, DownKind, FeatureMap, Normalize, StageSpec, UpKind};
 
@@ -25,12 +25,17 @@ fn mean_var(v: &[f64]) -> (f64, f64) {
     (m, v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0))
 }
 
+/// A random Maclaurin layout with the order base η = 2.
+fn layout(kernel: DotKernel, d: usize, dim: usize, h01: bool, hadamard: bool) -> Layout {
+    Layout { kernel, d, dim, eta: 2.0, h01, hadamard }
+}
+
 /// One big map of `s` independent random features; each feature's product, rescaled by
 /// the number of random features, is one sample of the single-feature estimator.
 fn maclaurin_samples(kernel: DotKernel, h01: bool, x: &[f32], y: &[f32], s: usize) -> Vec<f64> {
     let d = x.len();
     let exact = if h01 { d + usize::from(kernel.coef(0) > 0.0) } else { 0 };
-    let m = RandomMaclaurin::draw(kernel, d, s + exact, 2.0, h01, false, &mut StageRng::new(2024, 0));
+    let m = RandomMaclaurin::draw(layout(kernel, d, s + exact, h01, false), &mut StageRng::new(2024, 0));
     let dz = m.output_dim();
     let mut rows = x.to_vec();
     rows.extend_from_slice(y);
@@ -70,7 +75,7 @@ fn random_maclaurin_is_unbiased_with_the_exact_variance() {
 #[test]
 fn h01_with_degree_one_is_exact() {
     let k = DotKernel::Polynomial { degree: 1, gamma: 1.0, offset: 2.0 };
-    let m = RandomMaclaurin::draw(k, 5, 64, 2.0, true, false, &mut StageRng::new(3, 0));
+    let m = RandomMaclaurin::draw(layout(k, 5, 64, true, false), &mut StageRng::new(3, 0));
     assert_eq!(m.output_dim(), 6);
     let (x, y) = (unit(5, 5), unit(6, 5));
     let mut rows = x.clone();
@@ -189,15 +194,8 @@ fn craftmaps_beats_its_up_projection_at_equal_dimension() {
             s.degree = 7;
         }
         craft += nrms(build_map(&spec, d, &mut StageRng::new(seed, 0)).unwrap().as_ref(), &x, n, k);
-        let plain = RandomMaclaurin::draw(
-            DotKernel::Polynomial { degree: 7, gamma: 1.0, offset: 1.0 },
-            d,
-            128,
-            2.0,
-            true,
-            false,
-            &mut StageRng::new(seed, 1),
-        );
+        let poly7 = DotKernel::Polynomial { degree: 7, gamma: 1.0, offset: 1.0 };
+        let plain = RandomMaclaurin::draw(layout(poly7, d, 128, true, false), &mut StageRng::new(seed, 1));
         rm += nrms(&plain, &x, n, k);
     }
     let (craft, rm) = (craft / 10.0, rm / 10.0);
@@ -213,7 +211,7 @@ fn hadamard_structured_up_projection_agrees_with_dense_at_large_dimension() {
     rows.extend_from_slice(&y);
     let mut est = Vec::new();
     for seed in 0..400 {
-        let m = RandomMaclaurin::draw(k, 12, 512, 2.0, true, true, &mut StageRng::new(seed, 0));
+        let m = RandomMaclaurin::draw(layout(k, 12, 512, true, true), &mut StageRng::new(seed, 0));
         let dz = m.output_dim();
         let mut z = vec![0f32; 2 * dz];
         m.map(&rows, 2, &mut z);

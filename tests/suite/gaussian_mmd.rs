@@ -8,13 +8,13 @@ use std::sync::Arc;
 
 use crate::common::*;
 use arrow_array::{ArrayRef, Float64Array, StringArray};
-use sketchfit::pipeline::mmd::{
-    lsh_collision_probability, mmd2_unbiased, permutation_test, permutations, Lsh, SketchSums, Statistic,
-};
 use sketchfit::rng::StageRng;
 use sketchfit::sketch::gaussian::{phi, GaussianSketch, GaussianSketchHd, HdBlock, Preprocess};
 use sketchfit::sketch::recursive::RecursiveTensorSketch;
 use sketchfit::sketch::FeatureMap;
+use sketchfit::twosample::{
+    lsh_collision_probability, mmd2_unbiased, permutation_test, permutations, Lsh, SketchSums, Statistic,
+};
 
 fn points(n: usize, d: usize, shift: f64, seed: u64) -> Vec<f32> {
     let mut r = StageRng::new(seed, 3);

@@ -353,8 +353,8 @@ fn exp_chi2_chain_matches_golden() {
     }
 }
 
-use sketchfit::pipeline::mmd::{mmd2_unbiased, mmd2_v, permutation_test, SketchSums, Statistic};
 use sketchfit::sketch::gaussian::{phi, GaussianSketch, GaussianSketchHd, HdBlock, Preprocess};
+use sketchfit::twosample::{mmd2_unbiased, mmd2_v, permutation_test, SketchSums, Statistic};
 
 fn tree_of(v: &Value) -> RecursiveTensorSketch {
     let (n, k, m) =

@@ -6,10 +6,13 @@
 
 use ndarray::ArrayView2;
 
-use crate::container::ContainerError;
 use crate::error::{Error, Result};
-pub(crate) use crate::trigram::{parallel, tile_len, tile_range};
-pub use crate::trigram::{TriGram, TILE};
+mod file;
+mod tri;
+
+pub use file::{checksum, stats_from_bytes, stats_from_file, stats_to_bytes, stats_to_file, STATS_VERSION};
+pub(crate) use tri::{parallel, tile_len, tile_range};
+pub use tri::{TriGram, TILE};
 
 /// Rows widened to f64 at a time: bounds the f64 copy of a chunk to `ROW_BLOCK × D`.
 const ROW_BLOCK: usize = 1024;
@@ -346,6 +349,16 @@ impl GramStats {
     }
 }
 
+/// Statistics that cannot be merged: their feature or output counts differ.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("statistics of different shapes do not merge: D = {} and {}, outputs = {} and {}", dim.0, dim.1, outputs.0, outputs.1)]
+pub struct ShapeMismatch {
+    /// The two feature counts.
+    pub dim: (usize, usize),
+    /// The two output counts.
+    pub outputs: (usize, usize),
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -393,67 +406,6 @@ mod tests {
             let g = &results[0].gram;
             assert_eq!(g.get_lower(dim - 1, 0), want[(dim - 1) * dim]);
         }
-    }
-
-    #[test]
-    fn a_statistics_file_streams_out_and_in_as_the_bytes_do_and_damage_is_refused() {
-        let (dim, c, rows) = (300, 2, 50);
-        let (z, y) = data(rows, dim, c);
-        let mut st = GramStats::new(vec![0.25; dim], c);
-        st.add(&z, &y, rows, 2).unwrap();
-        let dir = std::env::temp_dir().join(format!("sketchfit-stats-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("p.stats");
-        let meta = serde_json::json!({ "kind": "test" });
-        stats_to_file(&path, &[("labeled", &st)], meta.clone()).unwrap();
-        let open = || std::fs::File::open(&path).unwrap();
-        let (blocks, back_meta) = stats_from_file(open()).unwrap();
-        assert_eq!((blocks[0].1.clone(), back_meta.clone()), (st.clone(), meta.clone()));
-        // The in-memory reader and writer agree with the streamed ones.
-        let bytes = std::fs::read(&path).unwrap();
-        assert_eq!(stats_from_bytes(&bytes).unwrap().0[0].1, st);
-        let built = stats_to_bytes(&[("labeled", &st)], meta).unwrap();
-        std::fs::write(&path, &built).unwrap();
-        assert_eq!(stats_from_file(open()).unwrap().0[0].1, st);
-        // A changed byte, a cut file, an array said to lie past the end: refused, and
-        // nothing larger than the file is allocated.
-        let mut changed = bytes.clone();
-        let at = changed.len() - 100;
-        changed[at] ^= 4;
-        std::fs::write(&path, &changed).unwrap();
-        assert!(matches!(stats_from_file(open()), Err(ContainerError::Checksum(_))));
-        std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
-        assert!(stats_from_file(open()).is_err());
-        let end = format!(",{}]", 8 * (TriGram::len_for(dim) + 2 * dim + dim * c + 2 * c));
-        let pos = bytes.windows(end.len()).position(|w| w == end.as_bytes()).unwrap() + 1;
-        let mut past = bytes.clone();
-        past[pos] = b'9';
-        std::fs::write(&path, &past).unwrap();
-        assert!(matches!(stats_from_file(open()), Err(ContainerError::NotSafetensors(_))));
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn non_finite_sums_are_never_written_and_refused_when_read() {
-        let (z, y) = data(20, 8, 1);
-        let mut st = GramStats::new(vec![0.0; 8], 1);
-        st.add(&z, &y, 20, 1).unwrap();
-        st.s[3] = f64::INFINITY;
-        let err = stats_to_bytes(&[("labeled", &st)], serde_json::json!({})).unwrap_err();
-        assert!(err.to_string().contains("'labeled.s' are not finite"), "{err}");
-        // A file sealed around a NaN (its checksum is valid) is refused on reading.
-        st.s[3] = f64::NAN;
-        let arrays = [("labeled", &st)]
-            .iter()
-            .flat_map(|(n, s)| {
-                [("shift", &s.shift[..]), ("s", &s.s), ("gram", s.gram.raw()), ("t", &s.t), ("u", &s.u), ("v", &s.v)]
-                    .map(|(k, d)| crate::container::Array::f64(format!("{n}.{k}"), vec![d.len()], d))
-            })
-            .collect();
-        let bytes =
-            crate::container::encode(&stats_header(&[("labeled", &st)], serde_json::json!({})), arrays).unwrap();
-        let err = stats_from_bytes(&bytes).unwrap_err();
-        assert!(err.to_string().contains("labeled.s") && err.to_string().contains("non-finite"), "{err}");
     }
 
     #[test]
@@ -530,164 +482,4 @@ mod tests {
         assert!(st.add(&[1.0, f32::NAN], &[], 1, 1).is_err());
         assert_eq!(st.n, 0);
     }
-}
-
-/// Statistics file format version (2: the checksum covers the header too).
-pub const STATS_VERSION: u32 = 2;
-const STATS_FORMAT: &str = "sketchfit-stats";
-
-/// Statistics that cannot be merged: their feature or output counts differ.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("statistics of different shapes do not merge: D = {} and {}, outputs = {} and {}", dim.0, dim.1, outputs.0, outputs.1)]
-pub struct ShapeMismatch {
-    /// The two feature counts.
-    pub dim: (usize, usize),
-    /// The two output counts.
-    pub outputs: (usize, usize),
-}
-
-/// FNV-1a 64 over byte slices, hex (see [`crate::container::checksum`]).
-pub use crate::container::checksum;
-
-#[derive(Clone, serde::Serialize, serde::Deserialize)]
-struct StatsHeader {
-    format: String,
-    version: u32,
-    checksum: String,
-    blocks: Vec<BlockHeader>,
-    meta: serde_json::Value,
-}
-
-impl crate::container::Header for StatsHeader {
-    const WHAT: &'static str = "statistics";
-    const FORMAT: &'static str = STATS_FORMAT;
-    const VERSION: u32 = STATS_VERSION;
-    const OLDEST: u32 = 1;
-    const SEALED_FROM: u32 = 2;
-    const HINT: &'static str = "accumulate it again with this sketchfit";
-    fn format(&self) -> &str {
-        &self.format
-    }
-    fn version(&self) -> u32 {
-        self.version
-    }
-    fn checksum_mut(&mut self) -> &mut String {
-        &mut self.checksum
-    }
-}
-
-#[derive(Clone, serde::Serialize, serde::Deserialize)]
-struct BlockHeader {
-    name: String,
-    n: u64,
-    dim: usize,
-    c: usize,
-}
-
-/// Serialises named statistics and a JSON `meta` value (read back before returning).
-pub fn stats_to_bytes(blocks: &[(&str, &GramStats)], meta: serde_json::Value) -> Result<Vec<u8>> {
-    use crate::container::Array;
-    let arrays = stats_arrays(blocks)?.into_iter().map(|a| Array::f64(a.name, a.shape, a.data)).collect::<Vec<Array>>();
-    crate::container::encode(&stats_header(blocks, meta), arrays)
-}
-
-/// Writes a statistics file (the same container [`stats_to_bytes`] builds) straight from
-/// the statistics, a block at a time: no copy of the Gram is made, and the file is read
-/// back the same way before it is renamed into place.
-pub fn stats_to_file(path: &std::path::Path, blocks: &[(&str, &GramStats)], meta: serde_json::Value) -> Result<()> {
-    crate::container::write_f64(path, &stats_header(blocks, meta), stats_arrays(blocks)?)
-}
-
-/// The arrays of a statistics file; a non-finite sum (the features overflowed them) is
-/// refused before anything is written.
-fn stats_arrays<'a>(blocks: &[(&str, &'a GramStats)]) -> Result<Vec<crate::container::F64Array<'a>>> {
-    use crate::container::F64Array;
-    let mut arrays = Vec::new();
-    for (name, st) in blocks {
-        let (dim, c) = (st.dim(), st.c);
-        let array =
-            |key: &str, shape: Vec<usize>, data: &'a [f64]| F64Array { name: format!("{name}.{key}"), shape, data };
-        arrays.push(array("shift", vec![dim], &st.shift));
-        arrays.push(array("s", vec![dim], &st.s));
-        arrays.push(array("gram", vec![st.gram.raw().len()], st.gram.raw()));
-        arrays.push(array("t", vec![dim, c], &st.t));
-        arrays.push(array("u", vec![c], &st.u));
-        arrays.push(array("v", vec![c], &st.v));
-    }
-    if let Some(a) = arrays.iter().find(|a| a.data.iter().any(|v| !v.is_finite())) {
-        return Err(Error::Numerical(format!(
-            "the statistics' sums '{}' are not finite (features too large for the sums); normalise the rows or scale the inputs",
-            a.name
-        )));
-    }
-    Ok(arrays)
-}
-
-fn stats_header(blocks: &[(&str, &GramStats)], meta: serde_json::Value) -> StatsHeader {
-    StatsHeader {
-        format: STATS_FORMAT.into(),
-        version: STATS_VERSION,
-        checksum: String::new(),
-        blocks: blocks.iter().map(|(n, s)| BlockHeader { name: n.to_string(), n: s.n, dim: s.dim(), c: s.c }).collect(),
-        meta,
-    }
-}
-
-/// Parses a statistics file: the named blocks and the `meta` value. Any damage (a
-/// checksum mismatch, wrong shapes, another format) is an error, never used.
-pub fn stats_from_bytes(
-    bytes: &[u8],
-) -> std::result::Result<(Vec<(String, GramStats)>, serde_json::Value), ContainerError> {
-    let file = crate::container::decode::<StatsHeader>(bytes)?;
-    let header = file.header.clone();
-    stats_blocks(header, |name, len| file.f64(name, len))
-}
-
-/// [`stats_from_bytes`] from an open file, read a block at a time straight into the
-/// statistics: one copy of them in memory, not two.
-pub fn stats_from_file(
-    file: std::fs::File,
-) -> std::result::Result<(Vec<(String, GramStats)>, serde_json::Value), ContainerError> {
-    let (header, mut arrays) = crate::container::read_file::<StatsHeader>(file, true)?;
-    stats_blocks(header, |name, len| match arrays.remove(name) {
-        Some(v) if v.len() == len => Ok(v),
-        Some(_) => Err(ContainerError::Shape(name.to_string())),
-        None => Err(ContainerError::Missing(name.to_string())),
-    })
-}
-
-/// The blocks a verified statistics header names, their arrays taken by `get(name, len)`.
-fn stats_blocks(
-    header: StatsHeader,
-    mut get: impl FnMut(&str, usize) -> std::result::Result<Vec<f64>, ContainerError>,
-) -> std::result::Result<(Vec<(String, GramStats)>, serde_json::Value), ContainerError> {
-    let mut out = Vec::new();
-    // Checksums prove the bytes are the ones written, not that the numbers are usable: a
-    // non-finite sum would reach the solve.
-    let mut get = |name: &str, len: usize| {
-        let v = get(name, len)?;
-        if v.iter().any(|x| !x.is_finite()) {
-            return Err(ContainerError::Inconsistent(format!("array '{name}' holds a non-finite value")));
-        }
-        Ok(v)
-    };
-    for b in &header.blocks {
-        let (dim, c) = (b.dim, b.c);
-        let gram = TriGram::from_raw(dim, get(&format!("{}.gram", b.name), TriGram::len_for(dim))?)
-            .ok_or_else(|| ContainerError::Inconsistent("the Gram array does not match its dimension".into()))?;
-        out.push((
-            b.name.clone(),
-            GramStats {
-                shift: get(&format!("{}.shift", b.name), dim)?,
-                n: b.n,
-                s: get(&format!("{}.s", b.name), dim)?,
-                gram,
-                c,
-                t: get(&format!("{}.t", b.name), dim * c)?,
-                u: get(&format!("{}.u", b.name), c)?,
-                v: get(&format!("{}.v", b.name), c)?,
-            },
-        ));
-    }
-    Ok((out, header.meta))
 }
