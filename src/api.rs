@@ -257,7 +257,7 @@ impl Pipeline {
         let opts = RunOptions { from_parts: true, ..RunOptions::default() };
         match solve_loaded(&checked, parts, (false, None, None), &opts, &mut Reporter::silent())? {
             SolveOutcome::Model(m) => Ok(*m),
-            SolveOutcome::Pass1Merged => Err(Error::Internal("a one-pass solve merged pass one".into())),
+            SolveOutcome::Pass1Merged => Err(Error::bug("a one-pass solve merged pass one")),
         }
     }
 
@@ -322,7 +322,7 @@ impl Model {
         let mut out = predict_rows(self, Rows::Batches(std::slice::from_ref(batch)), &opts)?;
         match out.len() {
             1 => Ok(out.remove(0)),
-            n => Err(Error::Internal(format!("one batch gave {n} prediction batches"))),
+            _ => Err(Error::bug("one batch gives one prediction batch")),
         }
     }
 
@@ -422,7 +422,7 @@ impl FeatureMap {
     /// the maps are redrawn from the seed by [`FeatureMap::from_json`].
     pub fn to_json(&self) -> Result<String> {
         let f = FittedMap { stages: self.stages.clone(), features: self.features.clone(), seed: self.seed };
-        serde_json::to_string(&f).map_err(|e| Error::Internal(format!("a feature map's JSON: {e}")))
+        serde_json::to_string(&f).map_err(|e| Error::bug_from("a feature map serialises", e))
     }
 
     /// Rebuilds a map from [`FeatureMap::to_json`], checking every stage again.
@@ -478,8 +478,7 @@ impl FeatureMap {
         stream(&data, &data.units(), 8192, &mut |ch: Chunk| {
             check_nonnegative(needs, &ch, f)?;
             let end = at + ch.rows * dim;
-            let block =
-                out.get_mut(at..end).ok_or_else(|| Error::Internal("more rows than the batches hold".into()))?;
+            let block = out.get_mut(at..end).ok_or_else(|| Error::bug("more rows than the batches hold"))?;
             self.pipeline.map_chunk(&ch.x, ch.rows, block, all_cores());
             at = end;
             Ok(())

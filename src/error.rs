@@ -128,11 +128,42 @@ pub enum Error {
         source: std::io::Error,
     },
     /// A broken invariant: a bug in sketchfit, never the input's fault.
-    #[error("internal error (please report): {0}")]
-    Internal(String),
-    /// A numerical step failed (no convergence, nothing to solve).
-    #[error("numerical failure: {0}")]
-    Numerical(String),
+    #[error("internal error (please report): {invariant}")]
+    Internal {
+        /// The invariant that broke.
+        invariant: &'static str,
+        /// What reported it, when it came from below.
+        #[source]
+        cause: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
+    /// A mapped feature the f64 sums cannot take: not finite, or too large to square. The
+    /// pass places it at its chunk (file, row group); the fix is in the input's scale.
+    #[error("feature {feature} of chunk row {row} is {}", feature_fault(*.value, *.too_large))]
+    BadFeature {
+        /// The row within the rows added.
+        row: usize,
+        /// The feature (column of `z`).
+        feature: usize,
+        /// Its value.
+        value: f64,
+        /// Finite but beyond what the sums can square (`|z| > 1e100`).
+        too_large: bool,
+    },
+    /// Sums that are not finite (features too large for them): refused before they are
+    /// written or solved.
+    #[error("the statistics' sums '{what}' are not finite (features too large for the sums); normalise the rows or scale the inputs")]
+    NonFinite {
+        /// Which sums.
+        what: String,
+    },
+    /// An iterative method did not converge.
+    #[error("{method} did not converge{}", at.map(|a| format!(" at eigenvalue {a}")).unwrap_or_default())]
+    NoConvergence {
+        /// The method.
+        method: &'static str,
+        /// Where it stopped, when it says.
+        at: Option<usize>,
+    },
     /// `C + λI` is not positive definite to working precision at a fixed λ.
     #[error(
         "the centred Gram plus λ = {lambda:e} is not positive definite to working precision (pivot {pivot}); {hint}"
@@ -157,7 +188,27 @@ pub enum Error {
     },
 }
 
+fn feature_fault(value: f64, too_large: bool) -> String {
+    if too_large {
+        format!(
+            "{value:e}, too large to square in the f64 sums; normalise the rows (normalize = \"l2\") or scale the inputs"
+        )
+    } else {
+        format!(
+            "{value}, not finite; the input values are too large for the sketch (normalise the rows or lower gamma)"
+        )
+    }
+}
+
 impl Error {
+    /// A bug: the invariant that broke.
+    pub fn bug(invariant: &'static str) -> Self {
+        Error::Internal { invariant, cause: None }
+    }
+    /// A bug reported from below.
+    pub fn bug_from(invariant: &'static str, cause: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Error::Internal { invariant, cause: Some(Box::new(cause)) }
+    }
     /// A configuration error.
     pub fn config(file: impl Into<String>, key: impl Into<String>, message: impl Into<String>) -> Self {
         Error::Config { file: file.into(), key: key.into(), message: message.into() }
@@ -201,6 +252,8 @@ impl Error {
                 | Error::BadModel { .. }
                 | Error::Memory { .. }
                 | Error::NotPositiveDefinite { .. }
+                | Error::BadFeature { .. }
+                | Error::NonFinite { .. }
         ) || matches!(self, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
     }
 }

@@ -376,8 +376,7 @@ impl Model {
         header.version = FORMAT_VERSION;
         let bytes = crate::container::encode(&header, arrays)?;
         // The container checked the header and arrays; this checks the stages rebuild.
-        Model::from_bytes(&bytes)
-            .map_err(|e| Error::Internal(format!("the model just built does not load back: {e}")))?;
+        Model::from_bytes(&bytes).map_err(|e| Error::bug_from("the model just built loads back", e))?;
         Ok(bytes)
     }
 

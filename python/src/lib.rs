@@ -22,7 +22,7 @@ fn py_err(e: Error) -> PyErr {
     match e {
         Error::Io { .. } => PyOSError::new_err(message),
         Error::Memory { .. } => PyMemoryError::new_err(message),
-        Error::Internal(_) => PyRuntimeError::new_err(message),
+        Error::Internal { .. } => PyRuntimeError::new_err(message),
         _ => PyValueError::new_err(message),
     }
 }

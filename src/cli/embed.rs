@@ -92,7 +92,7 @@ pub fn run(a: Args) -> Result<()> {
     let schema = Arc::new(Schema::new(fields));
     let values = Float32Array::from_iter_values(groups.iter().flat_map(|g| g.embedding.iter().map(|&v| v as f32)));
     let list = FixedSizeListArray::try_new(item, m as i32, Arc::new(values), None)
-        .map_err(|e| Error::Numerical(format!("embedding column: {e}")))?;
+        .map_err(|e| Error::bug_from("the embedding column assembles", e))?;
     let mut cols: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from_iter_values(groups.iter().map(|g| g.group.as_str()))),
         Arc::new(UInt64Array::from_iter_values(groups.iter().map(|g| g.rows))),
@@ -102,7 +102,7 @@ pub fn run(a: Args) -> Result<()> {
         cols.push(Arc::new(UInt64Array::from_iter_values(groups.iter().map(|g| g.bucket.unwrap_or(0)))));
     }
     let batch =
-        RecordBatch::try_new(schema.clone(), cols).map_err(|e| Error::Numerical(format!("output rows: {e}")))?;
+        RecordBatch::try_new(schema.clone(), cols).map_err(|e| Error::bug_from("the output rows assemble", e))?;
     let mut out = AtomicFile::create(&a.output)?;
     let perr = |source| Error::Parquet { location: Location::file(&a.output), source };
     let mut w = ArrowWriter::try_new(out.take_file(), schema, None).map_err(perr)?;

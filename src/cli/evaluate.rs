@@ -27,7 +27,7 @@ pub fn run(a: Args) -> Result<()> {
     let model = Model::load(&a.model)?;
     let ev = evaluate(&model, &a.input, a.chunk_rows.max(1), super::threads(a.threads), true)?;
     let text = if a.json {
-        serde_json::to_string_pretty(&ev).map_err(|e| Error::Numerical(e.to_string()))? + "\n"
+        serde_json::to_string_pretty(&ev).map_err(|e| Error::bug_from("the report serialises", e))? + "\n"
     } else {
         ev.to_text()
     };

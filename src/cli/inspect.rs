@@ -38,7 +38,7 @@ pub fn run(a: Args) -> Result<()> {
         sketchfit::atomic::write_bytes(p, scree_svg(&spectra).as_bytes())?;
     }
     if a.json {
-        let text = serde_json::to_string_pretty(h).map_err(|e| Error::Numerical(e.to_string()))?;
+        let text = serde_json::to_string_pretty(h).map_err(|e| Error::bug_from("the report serialises", e))?;
         return super::print_out(&(text + "\n"));
     }
     let size = std::fs::metadata(&a.model).map(|m| m.len()).unwrap_or(0);

@@ -39,7 +39,7 @@ pub fn run(a: Args) -> Result<()> {
         sketchfit::atomic::write_bytes(p, report.to_svg().as_bytes())?;
     }
     let text = if a.json {
-        serde_json::to_string_pretty(&report).map_err(|e| Error::Numerical(e.to_string()))? + "\n"
+        serde_json::to_string_pretty(&report).map_err(|e| Error::bug_from("the report serialises", e))? + "\n"
     } else {
         report.to_text()
     };

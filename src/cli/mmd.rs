@@ -105,7 +105,7 @@ pub fn run(a: Args) -> Result<()> {
     let opts = MmdOptions { permutations: a.permutations, cap: a.cap, exact: a.exact, threads: s.threads };
     let r = mmd(&a.a, &a.b, &s, &opts)?;
     let text = if a.json {
-        serde_json::to_string_pretty(&r).map_err(|e| Error::Numerical(e.to_string()))? + "\n"
+        serde_json::to_string_pretty(&r).map_err(|e| Error::bug_from("the report serialises", e))? + "\n"
     } else {
         let mut t = format!(
             "rows: A {}, B {}\nsketch dimension: {}\nkernel distance D(A, B): {:.6e}\nD²: {:.6e}\nMMD²_u: {:.6e}\n",

@@ -98,8 +98,7 @@ fn reporter(quiet: bool) -> sketchfit::pipeline::Reporter {
 /// Writes what a run reported as JSON where `--report` asks (atomically, read back).
 fn write_report(path: Option<&std::path::Path>, report: &sketchfit::pipeline::RunReport) -> Result<(), Error> {
     let Some(path) = path else { return Ok(()) };
-    let text =
-        serde_json::to_string_pretty(report).map_err(|e| Error::Internal(format!("the run report as JSON: {e}")))?;
+    let text = serde_json::to_string_pretty(report).map_err(|e| Error::bug_from("the run report serialises", e))?;
     sketchfit::atomic::write_bytes(path, text.as_bytes())
 }
 

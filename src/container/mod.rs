@@ -138,7 +138,7 @@ pub fn checksum<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> String {
 fn bare_json<H: Header>(header: &H) -> Result<String> {
     let mut bare = header.clone();
     bare.checksum_mut().clear();
-    serde_json::to_string(&bare).map_err(|e| Error::Internal(format!("{} header: {e}", H::WHAT)))
+    serde_json::to_string(&bare).map_err(|e| Error::bug_from("a container header serialises", e))
 }
 
 fn seal<'a, H: Header>(header: &H, arrays: impl IntoIterator<Item = &'a [u8]>) -> Result<String> {
@@ -188,7 +188,7 @@ pub fn write_f64<H: Header>(target: &std::path::Path, header: &H, mut arrays: Ve
         });
     }
     *header.checksum_mut() = h.hex();
-    let json = serde_json::to_string(&header).map_err(|e| Error::Internal(format!("{} header: {e}", H::WHAT)))?;
+    let json = serde_json::to_string(&header).map_err(|e| Error::bug_from("a container header serialises", e))?;
     let mut meta = serde_json::Map::new();
     meta.insert("__metadata__".into(), serde_json::json!({ KEY: json }));
     let mut offset = 0usize;
@@ -200,7 +200,7 @@ pub fn write_f64<H: Header>(target: &std::path::Path, header: &H, mut arrays: Ve
         );
         offset = end;
     }
-    let mut head = serde_json::to_vec(&meta).map_err(|e| Error::Internal(format!("{} file: {e}", H::WHAT)))?;
+    let mut head = serde_json::to_vec(&meta).map_err(|e| Error::bug_from("a container file serialises", e))?;
     head.resize(head.len().next_multiple_of(8), b' ');
     let mut out = crate::atomic::AtomicFile::create(target)?;
     let tmp = out.tmp_path().to_path_buf();
@@ -214,8 +214,7 @@ pub fn write_f64<H: Header>(target: &std::path::Path, header: &H, mut arrays: Ve
         }
         w.flush().map_err(io)?;
     }
-    verify_file::<H>(&tmp)
-        .map_err(|e| Error::Internal(format!("the {} file just written does not read back: {e}", H::WHAT)))?;
+    verify_file::<H>(&tmp).map_err(|e| Error::bug_from("a file just written reads back", e))?;
     out.commit()
 }
 
@@ -365,16 +364,15 @@ pub fn encode<H: Header>(header: &H, mut arrays: Vec<Array>) -> Result<Vec<u8>> 
     arrays.sort_by(|a, b| a.name.cmp(&b.name));
     let mut header = header.clone();
     *header.checksum_mut() = seal(&header, arrays.iter().map(|a| a.bytes.as_slice()))?;
-    let json = serde_json::to_string(&header).map_err(|e| Error::Internal(format!("{} header: {e}", H::WHAT)))?;
+    let json = serde_json::to_string(&header).map_err(|e| Error::bug_from("a container header serialises", e))?;
     let views = arrays
         .iter()
         .map(|a| TensorView::new(a.dtype, a.shape.clone(), &a.bytes).map(|v| (a.name.clone(), v)))
         .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(|e| Error::Internal(format!("{} arrays: {e}", H::WHAT)))?;
+        .map_err(|e| Error::bug_from("container arrays serialise", e))?;
     let bytes = safetensors::serialize(views, Some(HashMap::from([(KEY.to_string(), json)])))
-        .map_err(|e| Error::Internal(format!("{} file: {e}", H::WHAT)))?;
-    decode::<H>(&bytes)
-        .map_err(|e| Error::Internal(format!("the {} file just built does not read back: {e}", H::WHAT)))?;
+        .map_err(|e| Error::bug_from("a container file serialises", e))?;
+    decode::<H>(&bytes).map_err(|e| Error::bug_from("a file just built reads back", e))?;
     Ok(bytes)
 }
 

@@ -75,7 +75,7 @@ impl PartMeta {
             (None, _) => Ok(None),
             (Some(k), None) => Ok(Some(OutputCode::OneVsAll { classes: k.len() })),
             (Some(_), Some(rows)) => {
-                OutputCode::from_rows(rows).map(Some).map_err(|e| Error::Internal(format!("a part's output code: {e}")))
+                OutputCode::from_rows(rows).map(Some).map_err(|e| Error::bug_from("a part's output code is a code", e))
             }
         }
     }

@@ -48,8 +48,7 @@ fn targets(run: &Run<'_>, ch: &Chunk, unlabeled_input: bool) -> Result<(Vec<bool
     let labels = &run.prep.labels;
     match (&labels.classes, &labels.code) {
         (Some(k), Some(code)) => {
-            let column =
-                ch.labels.as_ref().ok_or_else(|| Error::Internal("classification run read no label column".into()))?;
+            let column = ch.labels.as_ref().ok_or_else(|| Error::bug("classification run read no label column"))?;
             let loc = ch.location.clone().column(run.checked.spec().data.label.clone().unwrap_or_default());
             let codes = k.encode_opt(column, &loc)?;
             let mask: Vec<bool> = codes.iter().map(Option::is_some).collect();
@@ -57,7 +56,7 @@ fn targets(run: &Run<'_>, ch: &Chunk, unlabeled_input: bool) -> Result<(Vec<bool
             code.targets(&codes.iter().flatten().copied().collect::<Vec<_>>(), &mut y);
             Ok((mask, y))
         }
-        (Some(_), None) => Err(Error::Internal("classification without a code".into())),
+        (Some(_), None) => Err(Error::bug("classification without a code")),
         (None, _) => Ok((vec![true; ch.rows], ch.targets.clone())),
     }
 }

@@ -144,10 +144,8 @@ pub fn evaluate(
         let truth = match (&h.task, &h.classes) {
             (Task::Classification, Some(classes)) => {
                 let loc = ch.location.clone().column(h.label.clone().unwrap_or_default());
-                let labels = ch
-                    .labels
-                    .as_ref()
-                    .ok_or_else(|| Error::Internal("classification model read no label column".into()))?;
+                let labels =
+                    ch.labels.as_ref().ok_or_else(|| Error::bug("classification model read no label column"))?;
                 classes.encode(labels, &loc)?.iter().map(|&t| t as usize).collect()
             }
             _ => Vec::new(),

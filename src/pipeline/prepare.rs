@@ -178,7 +178,7 @@ pub fn prepare_inputs(
         .enumerate()
         .map(|(j, p)| fitted_map(checked, p.stages(), &sample, labeled.dim(), j))
         .collect::<Result<Vec<_>>>()?;
-    let first = maps.first().ok_or_else(|| Error::Internal("no candidate pipelines".into()))?;
+    let first = maps.first().ok_or_else(|| Error::bug("no candidate pipelines"))?;
     for (i, st) in first.stages.iter().enumerate() {
         let t = match st {
             StageSpec::GaussianSketch(g) => g.truncation,
@@ -352,7 +352,7 @@ pub(crate) fn prepass_sample(
         let w = work[i];
         let ds = match (w.unlabeled, unlabeled) {
             (true, Some(u)) => u,
-            (true, None) => return Err(Error::Internal("unlabeled work unit without unlabeled inputs".into())),
+            (true, None) => return Err(Error::bug("unlabeled work unit without unlabeled inputs")),
             (false, _) => labeled,
         };
         ds.read_unit(w.unit, spec.run.chunk_rows, &mut |ch: Chunk| {

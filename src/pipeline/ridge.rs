@@ -121,7 +121,11 @@ pub(crate) fn direct(
             }
             Ok((Ridge::Tridiagonal { form: Box::new(form), problem }, ev))
         }
-        (p, l) => Err(Error::Internal(format!("solve path {} chosen for λ {l:?}", p.name()))),
+        (p, l) => Err(Error::bug(if matches!((p, l), (SolvePath::Cholesky, _)) {
+            "the Cholesky path is planned only for a fixed λ > 0"
+        } else {
+            "only Cholesky and tridiagonal solve on all features directly"
+        })),
     }
 }
 
@@ -154,7 +158,7 @@ pub(crate) fn primal(
     let (pca, cl, ca, unl) = match unlabeled {
         Some(u) if u.n > 0 => {
             let mut all = labeled.without_targets();
-            all.merge(u).map_err(|e| Error::Internal(e.to_string()))?;
+            all.merge(u).map_err(|e| Error::bug_from("labeled and unlabeled statistics share a shape", e))?;
             let (pca, ca) = fit_pca(plan, &all, env)?;
             // S = Ūᵀ C_L Ū needs the labeled covariance itself.
             (pca, labeled.centered(), Some(ca), u.n)

@@ -72,7 +72,7 @@ impl Basis {
         let eigen = RidgeSolve { path: SolvePath::Eigen, in_place: false };
         let solved = primal(labeled, unlabeled, (eigen, Some(pca)), LambdaChoice::Gcv { per_output: false }, ctx)?;
         let Ridge::Eigen(problem) = solved.ridge else {
-            return Err(Error::Internal("the PCA basis needs the eigen path".into()));
+            return Err(Error::bug("the PCA basis needs the eigen path"));
         };
         let (k, c) = (problem.k, problem.c);
         let mut cmat = vec![0.0; k * k];
@@ -235,7 +235,7 @@ fn penalty(sv: &SparseSettings, groups: &[Range<usize>]) -> Result<Penalty> {
         SolverKind::Lasso => Penalty::Lasso,
         SolverKind::ElasticNet => Penalty::ElasticNet { l2: sv.l2 },
         SolverKind::GroupLasso => Penalty::GroupLasso { groups: groups.to_vec(), l2: sv.l2 },
-        SolverKind::Ridge => return Err(Error::Internal("ridge is solved by the ridge path".into())),
+        SolverKind::Ridge => return Err(Error::bug("ridge is solved by the ridge path")),
     })
 }
 
@@ -298,7 +298,7 @@ pub(crate) fn solve(
     let mut held_out = HeldOut { metric, per_output: false, refit: sv.refit, ties_later: false };
     let choice = held_out.select(&Path { basis: &basis, points: &points }, ctx)?;
     let chosen = choice.index;
-    let scored = choice.table.as_ref().ok_or_else(|| Error::Internal("a held-out choice without scores".into()))?;
+    let scored = choice.table.as_ref().ok_or_else(|| Error::bug("a held-out choice without scores"))?;
     ctx.report.say(format!(
         "solver: {} λ₁ = {:.4e} by validation on {} rows ({} {:.6}; {} of {} coefficients, gap {:.1e})",
         sv.kind.name(),
@@ -322,7 +322,9 @@ pub(crate) fn solve(
         return finish(Settle { basis: &basis, point: &points[chosen], table, chosen, start }, sv, ctx);
     };
     let trained = basis.labeled.n;
-    labeled.merge(&held_out).map_err(|e| Error::Internal(format!("validation statistics: {e}")))?;
+    labeled
+        .merge(&held_out)
+        .map_err(|e| Error::bug_from("validation statistics merge with the training statistics", e))?;
     let warm = points[chosen].coef.clone();
     basis = Basis::new(plan, &mut labeled, unlabeled.as_ref(), ctx)?;
     let refit = fit_grid(&basis, &pen, &grid[chosen..=chosen], Some(&warm), sv, ctx.threads);

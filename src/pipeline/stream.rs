@@ -24,7 +24,9 @@ pub fn stream(
     std::thread::scope(|scope| {
         scope.spawn(move || {
             for &unit in units {
-                let mut send = |c: Chunk| tx.send(Ok(c)).map_err(|_| Error::Numerical("consumer stopped".into()));
+                let mut send = |c: Chunk| {
+                    tx.send(Ok(c)).map_err(|_| Error::bug("the consumer of a stream stops only on its own error"))
+                };
                 if let Err(e) = dataset.read_unit(unit, chunk_rows, &mut send) {
                     // A send error means the consumer has stopped: nothing more to say.
                     let _ = tx.send(Err(e));
@@ -72,8 +74,8 @@ pub fn stream_ordered<S: Default, T: Send>(
             let mut seq = 0;
             for &unit in units {
                 let mut send = |c: Chunk| {
-                    token_rx.recv().map_err(|_| Error::Internal("consumer stopped".into()))?;
-                    job_tx.send((seq, Ok(c))).map_err(|_| Error::Internal("workers stopped".into()))?;
+                    token_rx.recv().map_err(|_| Error::bug("consumer stopped"))?;
+                    job_tx.send((seq, Ok(c))).map_err(|_| Error::bug("workers stopped"))?;
                     seq += 1;
                     Ok(())
                 };
@@ -181,7 +183,7 @@ pub fn stream_mapped<M: Send>(
             for &(ds, unit, tag) in units {
                 let mut send = |c: Chunk| {
                     let t = Instant::now();
-                    let r = tx.send(Ok(Read::Chunk(tag, c))).map_err(|_| Error::Internal("consumer stopped".into()));
+                    let r = tx.send(Ok(Read::Chunk(tag, c))).map_err(|_| Error::bug("consumer stopped"));
                     blocked += t.elapsed().as_secs_f64();
                     r
                 };

@@ -226,11 +226,8 @@ families! {
     "gaussian_sketch_hd" => GaussianSketchHd(GaussianSketchHdSpec),
 }
 
-fn unfitted(spec: &StageSpec) -> Error {
-    Error::Internal(format!(
-        "stage kind '{}' must be fitted on the pre-pass sample before its map is built or its kernel read",
-        spec.kind()
-    ))
+fn unfitted(_spec: &StageSpec) -> Error {
+    Error::bug("a stage is fitted on the pre-pass sample before its map is built or its kernel read")
 }
 
 /// The exact kernel a stage approximates (on its normalised input).
@@ -414,7 +411,7 @@ mod defaults_tests {
             let mut spec = StageSpec::from_toml(&table, "t", "stages.0").unwrap();
             spec = spec.with_dim(24);
             if spec.needs_fit() {
-                assert!(matches!(build_map(&spec, d, &mut StageRng::new(1, 0)), Err(Error::Internal(_))), "{kind}");
+                assert!(matches!(build_map(&spec, d, &mut StageRng::new(1, 0)), Err(Error::Internal { .. })), "{kind}");
                 assert!(spec.kernel().is_err(), "{kind}");
                 assert!(map_from_params(&spec, d, &[]).is_err(), "{kind}");
             }

@@ -73,12 +73,8 @@ impl RowStats {
     pub fn add(&mut self, z: &[f32], y: &[f64], rows: usize) -> Result<()> {
         let z = &z[..rows * self.dim];
         if let Some(at) = z.iter().position(|v| !v.is_finite()) {
-            return Err(Error::Numerical(format!(
-                "row {} maps to a non-finite feature {} (column {} of the features); normalise the rows or scale the inputs",
-                at / self.dim,
-                z[at],
-                at % self.dim
-            )));
+            let value = f64::from(z[at]);
+            return Err(Error::BadFeature { row: at / self.dim, feature: at % self.dim, value, too_large: false });
         }
         self.z.extend_from_slice(z);
         self.y.extend_from_slice(&y[..rows * self.c]);
@@ -121,7 +117,7 @@ impl RowStats {
             return Err(Error::data(Location::default(), format!("{n} labeled row(s); at least 2 are needed")));
         }
         if c == 0 {
-            return Err(Error::Internal("a dual solve without targets".into()));
+            return Err(Error::bug("a dual solve without targets"));
         }
         let (mean, ymean) = self.means();
         let yc: Vec<f64> = self.y.chunks_exact(c).flat_map(|row| row.iter().zip(&ymean).map(|(v, m)| v - m)).collect();
@@ -134,7 +130,7 @@ impl RowStats {
             let f1 = (f0 + FEATURE_BLOCK).min(dim);
             let block = self.centred_block(&mean, f0, f1);
             let view = ndarray::ArrayView2::from_shape((f1 - f0, n), &block)
-                .map_err(|e| Error::Internal(format!("dual block shape: {e}")))?;
+                .map_err(|e| Error::bug_from("a dual block has its shape", e))?;
             kernel.syrk(view, threads);
             for (f, col) in block.chunks_exact(n).enumerate() {
                 max_g_diag = max_g_diag.max(col.iter().map(|v| v * v).sum());
@@ -165,7 +161,7 @@ impl RowStats {
                 let bias = bias_for(&weights, c, &labeled);
                 Ok(DualSolve { labeled, kernel: DualKernel::Solved { weights, bias } })
             }
-            LambdaChoice::Fixed(_) => Err(Error::Internal("the dual solve reached with λ = 0".into())),
+            LambdaChoice::Fixed(_) => Err(Error::bug("the dual solve reached with λ = 0")),
             LambdaChoice::Gcv { .. } => {
                 let form = Tridiagonal::new(&stats, threads)?;
                 let lmax = form.sigma.first().copied().unwrap_or(0.0);

@@ -54,7 +54,7 @@ pub fn eigh_desc(a: &[f64], n: usize) -> Result<(Vec<f64>, Vec<f64>)> {
     let m = Mat::<f64>::from_fn(n, n, |i, j| 0.5 * (a[i * n + j] + a[j * n + i]));
     let evd = m
         .self_adjoint_eigen(Side::Lower)
-        .map_err(|e| Error::Numerical(format!("eigendecomposition did not converge: {e:?}")))?;
+        .map_err(|_| Error::NoConvergence { method: "the dense eigendecomposition", at: None })?;
     let (u, s) = (evd.U(), evd.S());
     let mut values = Vec::with_capacity(n);
     let mut vectors = vec![0.0; n * n];

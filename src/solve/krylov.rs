@@ -317,7 +317,7 @@ impl Basis {
         let h = Mat::from_fn(k, k, |i, j| 0.5 * (self.h[(i, j)] + self.h[(j, i)]));
         let evd = h
             .self_adjoint_eigen(Side::Lower)
-            .map_err(|err| Error::Numerical(format!("Rayleigh–Ritz eigendecomposition failed: {err:?}")))?;
+            .map_err(|_| Error::NoConvergence { method: "the Rayleigh–Ritz eigendecomposition", at: None })?;
         // faer returns ascending eigenvalues.
         let order: Vec<usize> = (0..k).rev().collect();
         let theta: Vec<f64> = order.iter().map(|&j| evd.S()[j]).collect();

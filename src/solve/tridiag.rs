@@ -68,17 +68,13 @@ impl Tridiagonal {
         let par = if threads > 1 { Par::rayon(threads) } else { Par::Seq };
         let form = TwoStage::reduce(a, band, rhs.as_mut(), par);
         if form.diag.iter().chain(&form.offdiag).any(|v| !v.is_finite()) {
-            return Err(Error::Numerical(
-                "the covariance is not finite (features too large for the sums); normalise the rows or scale the inputs"
-                    .into(),
-            ));
+            return Err(Error::NonFinite { what: "covariance".into() });
         }
         let mut values = form.diag.clone();
         let mut sub = form.offdiag.clone();
         let mut b: Vec<f64> = (0..dim).flat_map(|i| (0..c).map(move |k| (i, k))).map(|(i, k)| rhs[(i, k)]).collect();
-        implicit_ql(&mut values, &mut sub, &mut b, c).map_err(|at| {
-            Error::Numerical(format!("the tridiagonal eigenvalue iteration did not converge at eigenvalue {at}"))
-        })?;
+        implicit_ql(&mut values, &mut sub, &mut b, c)
+            .map_err(|at| Error::NoConvergence { method: "the tridiagonal eigenvalue iteration", at: Some(at) })?;
         let mut order: Vec<usize> = (0..dim).collect();
         order.sort_by(|&x, &y| values[y].total_cmp(&values[x]));
         let sigma = order.iter().map(|&j| values[j].max(0.0)).collect();

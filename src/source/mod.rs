@@ -379,7 +379,7 @@ impl Dataset {
                 let idx = column_indices(schema, names);
                 let batch = batches
                     .get(unit.row_group)
-                    .ok_or_else(|| Error::Internal(format!("{loc}: no such batch")))?
+                    .ok_or_else(|| Error::bug("a unit names a batch that is not held"))?
                     .project(&idx)
                     .map_err(|e| Error::data(loc.clone(), format!("cannot select the columns: {e}")))?;
                 let step = chunk_rows.max(1);

@@ -80,10 +80,7 @@ fn stats_arrays<'a>(blocks: &[(&str, &'a GramStats)]) -> Result<Vec<crate::conta
         arrays.push(array("v", vec![c], &st.v));
     }
     if let Some(a) = arrays.iter().find(|a| a.data.iter().any(|v| !v.is_finite())) {
-        return Err(Error::Numerical(format!(
-            "the statistics' sums '{}' are not finite (features too large for the sums); normalise the rows or scale the inputs",
-            a.name
-        )));
+        return Err(Error::NonFinite { what: a.name.clone() });
     }
     Ok(arrays)
 }

@@ -139,21 +139,11 @@ impl GramStats {
     ) -> Result<()> {
         let (dim, c) = (self.dim(), self.c);
         assert!(z.len() >= rows * dim && y.len() >= rows * c);
-        if let Some(pos) = z[..rows * dim].iter().position(|&v| !v.into().is_finite()) {
-            return Err(Error::Numerical(format!(
-                "feature {} of chunk row {} is not finite; the input values are too large for the sketch (normalise the rows or lower gamma)",
-                pos % dim,
-                pos / dim
-            )));
-        }
-        // Squares of larger values overflow the f64 sums within a few rows.
-        if let Some(pos) = z[..rows * dim].iter().position(|&v| v.into().abs() > 1e100) {
-            return Err(Error::Numerical(format!(
-                "feature {} of chunk row {} is {:e}, too large to square in the f64 sums; normalise the rows (normalize = \"l2\") or scale the inputs",
-                pos % dim,
-                pos / dim,
-                z[pos].into()
-            )));
+        // Non-finite features, and squares of larger values, which overflow the f64 sums
+        // within a few rows, are the input's scale.
+        if let Some(pos) = z[..rows * dim].iter().position(|&v| !v.into().is_finite() || v.into().abs() > 1e100) {
+            let value = z[pos].into();
+            return Err(Error::BadFeature { row: pos / dim, feature: pos % dim, value, too_large: value.is_finite() });
         }
         let mut zc = vec![0.0f64; ROW_BLOCK.min(rows) * dim];
         let mut z32 = if precision == Precision::F32 { vec![0.0f32; ROW_BLOCK.min(rows) * dim] } else { Vec::new() };

@@ -57,7 +57,7 @@ impl Accumulation for CandidateRun {
                 inner.update(b, env)?;
                 continue;
             }
-            let map = b.maps.get(i).ok_or_else(|| Error::Internal("a candidate without its map".into()))?;
+            let map = b.maps.get(i).ok_or_else(|| Error::bug("a candidate without its map"))?;
             let (ch, w) = (b.chunk, map.dim());
             self.z.resize(ch.rows * w, 0.0);
             let t = Instant::now();
@@ -89,13 +89,10 @@ impl Accumulation for CandidateRun {
     }
 
     fn solve(self: Box<Self>, ctx: &mut SolveCtx<'_>) -> Result<Solution> {
-        let set = ctx
-            .checked
-            .candidates
-            .as_ref()
-            .ok_or_else(|| Error::Internal("candidate statistics without candidates".into()))?;
+        let set =
+            ctx.checked.candidates.as_ref().ok_or_else(|| Error::bug("candidate statistics without candidates"))?;
         if set.pipelines.len() != self.inner.len() || ctx.maps.len() != self.inner.len() {
-            return Err(Error::Internal("candidate statistics do not match the candidates".into()));
+            return Err(Error::bug("candidate statistics do not match the candidates"));
         }
         // Each candidate solved and scored as a pipeline of its own.
         let mut solutions = Vec::with_capacity(self.inner.len());
@@ -116,7 +113,7 @@ impl Accumulation for CandidateRun {
         }
         let score: Vec<f64> = solutions
             .iter()
-            .map(|s| s.score.ok_or_else(|| Error::Internal("a candidate without scores".into())))
+            .map(|s| s.score.ok_or_else(|| Error::bug("a candidate without scores")))
             .collect::<Result<_>>()?;
         let lambda: Vec<f64> = solutions.iter().map(|s| s.settled.lambdas.first().copied().unwrap_or(0.0)).collect();
         let mut best =

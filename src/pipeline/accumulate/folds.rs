@@ -108,7 +108,7 @@ impl Accumulation for Folds {
         }
         let mut total = folds[0].clone();
         for f in &folds[1..] {
-            total.merge(f).map_err(|e| Error::Internal(format!("fold statistics: {e}")))?;
+            total.merge(f).map_err(|e| Error::bug_from("fold statistics of one run merge", e))?;
         }
         let grid = Grid { grid: grid_of(&total), c: total.c };
         let choice = KFoldScores { folds: &folds, total: &total, metric: ctx.checked.metric }.select(&grid, ctx)?;
@@ -118,7 +118,7 @@ impl Accumulation for Folds {
         let lambda = choice.values.first().copied().unwrap_or(0.0);
         let solved = primal(&mut total, None, (plan.refit, None), LambdaChoice::Fixed(lambda), ctx)?;
         let mut never = |_: &GramStats, _: &[f64], _: &mut SolveCtx<'_>| -> Result<Solved> {
-            Err(Error::Internal("a fixed λ is never refitted".into()))
+            Err(Error::bug("a fixed λ is never refitted"))
         };
         let mut solution = settle(solved, Selection::Fixed(lambda), &mut never, ctx, start)?;
         if let Some(s) = ctx.report.report.selections.last_mut() {

@@ -48,10 +48,7 @@ impl Sums {
         let zl = select_rows(b.z, b.dim, b.labeled, true);
         self.labeled.add_with(&zl, b.y, zl.len() / b.dim, threads, gram).map_err(b.data_err())?;
         let zu = select_rows(b.z, b.dim, b.labeled, false);
-        let u = self
-            .unlabeled
-            .as_mut()
-            .ok_or_else(|| Error::Internal("unlabeled rows without unlabeled statistics".into()))?;
+        let u = self.unlabeled.as_mut().ok_or_else(|| Error::bug("unlabeled rows without unlabeled statistics"))?;
         u.add_with(&zu, &[], zu.len() / b.dim, threads, gram).map_err(b.data_err())
     }
 
@@ -117,7 +114,9 @@ impl Accumulation for Primal {
         let refit_solve = plan.refit.unwrap_or(plan.solve);
         let pca = plan.pca;
         let mut refit = |held_out: &GramStats, lambdas: &[f64], ctx: &mut SolveCtx<'_>| {
-            labeled.merge(held_out).map_err(|e| Error::Internal(format!("validation statistics: {e}")))?;
+            labeled
+                .merge(held_out)
+                .map_err(|e| Error::bug_from("validation statistics merge with the training statistics", e))?;
             let (solve, lambda) = refit_lambda(refit_solve, lambdas);
             primal(&mut labeled, unlabeled.as_ref(), (solve, pca.as_ref()), lambda, ctx)
         };

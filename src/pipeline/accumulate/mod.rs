@@ -42,10 +42,10 @@ pub(crate) struct Batch<'a> {
 }
 
 impl Batch<'_> {
-    /// A fault of the chunk's numbers placed at the chunk.
+    /// A fault of the chunk's features placed at the chunk (file and row group).
     pub fn data_err(&self) -> impl Fn(Error) -> Error + '_ {
         move |e| match e {
-            Error::Numerical(m) => Error::data(self.chunk.location.clone(), m),
+            e @ Error::BadFeature { .. } => Error::data(self.chunk.location.clone(), e.to_string()),
             e => e,
         }
     }
@@ -130,7 +130,7 @@ pub(crate) fn merge_blocks(
 impl Plan {
     /// Fresh state for this plan over the prepared maps.
     pub(crate) fn accumulation(&self, maps: &[FittedMap], outputs: usize, rows: u64) -> Result<Box<dyn Accumulation>> {
-        let first = maps.first().ok_or_else(|| Error::Internal("a run without a map".into()))?;
+        let first = maps.first().ok_or_else(|| Error::bug("a run without a map"))?;
         Ok(match self {
             Plan::Primal(p) => Box::new(gram::Primal::new(p.clone(), &first.shift, outputs)),
             Plan::Sparse(s) => Box::new(gram::SparseRun::new(s.clone(), &first.shift, outputs)),

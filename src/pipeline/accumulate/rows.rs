@@ -31,7 +31,7 @@ impl KeptRows {
 }
 
 fn not_statistics() -> Error {
-    Error::Internal("kept rows reached a statistics writer".into())
+    Error::bug("kept rows reached a statistics writer")
 }
 
 impl Accumulation for KeptRows {
@@ -74,7 +74,7 @@ impl Accumulation for KeptRows {
             LambdaChoice::Gcv { per_output } => Selection::Gcv { per_output },
         };
         let mut never = |_: &GramStats, _: &[f64], _: &mut SolveCtx<'_>| -> Result<Solved> {
-            Err(Error::Internal("the dual is never refitted".into()))
+            Err(Error::bug("the dual is never refitted"))
         };
         settle(solved, selection, &mut never, ctx, start)
     }

@@ -101,7 +101,7 @@ impl Accumulation for TwoPassRun {
                 let p = project(pcas, &zl, n, dim);
                 p2.add_f64(&p, b.y, n, env.threads).map_err(b.data_err())
             }
-            (Some(_), None) => Err(Error::Internal("pass two without pass-one projections".into())),
+            (Some(_), None) => Err(Error::bug("pass two without pass-one projections")),
         }
     }
 
@@ -154,8 +154,8 @@ impl Accumulation for TwoPassRun {
         let start = Instant::now();
         self.fit(ctx)?;
         let TwoPassRun { plan, pass1, pass2, pcas, .. } = *self;
-        let mut p2 = pass2.ok_or_else(|| Error::Internal("pass two did not run".into()))?;
-        let pcas = pcas.ok_or_else(|| Error::Internal("no pass-one projections".into()))?;
+        let mut p2 = pass2.ok_or_else(|| Error::bug("pass two did not run"))?;
+        let pcas = pcas.ok_or_else(|| Error::bug("no pass-one projections"))?;
         enough_rows(p2.n)?;
         let lambda = plan.selection.lambda();
         let seen = pass1.first().map_or(0, |s| s.n);
@@ -176,7 +176,8 @@ impl Accumulation for TwoPassRun {
         let solved = with_stages(primal(&mut p2, None, (plan.solve, None), lambda, ctx)?);
         let refit_solve = plan.refit.unwrap_or(plan.solve);
         let mut refit = |held_out: &GramStats, lambdas: &[f64], ctx: &mut SolveCtx<'_>| {
-            p2.merge(held_out).map_err(|e| Error::Internal(format!("validation statistics: {e}")))?;
+            p2.merge(held_out)
+                .map_err(|e| Error::bug_from("validation statistics merge with the training statistics", e))?;
             let (solve, lambda) = refit_lambda(refit_solve, lambdas);
             Ok(with_stages(primal(&mut p2, None, (solve, None), lambda, ctx)?))
         };

@@ -68,8 +68,7 @@ pub(crate) fn chunk_truth(
     match classes {
         Some((cl, code)) => {
             let loc = ch.location.clone().column(label);
-            let labels =
-                ch.labels.as_ref().ok_or_else(|| Error::Internal("held-out rows without a label column".into()))?;
+            let labels = ch.labels.as_ref().ok_or_else(|| Error::bug("held-out rows without a label column"))?;
             let t = cl.encode(labels, &loc)?;
             let mut y = Vec::new();
             code.targets(&t, &mut y);

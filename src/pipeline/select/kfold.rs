@@ -58,7 +58,7 @@ impl Select for KFoldScores<'_> {
         let mut models: Vec<(ndarray::Array2<f64>, Vec<f64>)> = Vec::with_capacity(k);
         for fold in self.folds {
             let mut rest = self.total.clone();
-            rest.subtract(fold).map_err(|e| Error::Internal(format!("fold statistics: {e}")))?;
+            rest.subtract(fold).map_err(|e| Error::bug_from("fold statistics of one run merge", e))?;
             let moments = rest.moments();
             let tridiagonal = RidgeSolve { path: SolvePath::Tridiagonal, in_place: false };
             let lambda = LambdaChoice::Gcv { per_output: false };

@@ -24,7 +24,7 @@ pub(crate) struct Gcv {
 
 impl Select for Gcv {
     fn select(&mut self, fits: &dyn Fits, ctx: &mut SolveCtx<'_>) -> Result<Choice> {
-        let g = fits.gcv().ok_or_else(|| Error::Internal("GCV asked of a path without a spectrum".into()))?;
+        let g = fits.gcv().ok_or_else(|| Error::bug("GCV asked of a path without a spectrum"))?;
         let i = g.chosen_shared;
         let values = if self.per_output {
             g.chosen_per_output.iter().map(|&k| g.grid[k]).collect()
