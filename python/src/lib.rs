@@ -332,6 +332,14 @@ impl PyFeatureMap {
     }
 }
 
+/// The sketch families of the Rust registry, as JSON: `[{kind, keys, nonnegative}, …]`.
+/// The Python transformers are built from it, so the package keeps no copy of the list.
+#[pyfunction]
+fn kinds() -> PyResult<String> {
+    serde_json::to_string(&sketchfit::sketch::families())
+        .map_err(|e| PyRuntimeError::new_err(format!("the family list as JSON: {e}")))
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyPipeline>()?;
@@ -339,6 +347,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyModel>()?;
     m.add_class::<PyFeatureMap>()?;
     m.add_function(wrap_pyfunction!(values_address, m)?)?;
+    m.add_function(wrap_pyfunction!(kinds, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

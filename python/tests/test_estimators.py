@@ -42,6 +42,7 @@ ESTIMATORS = [
     sf.ExpChi2(dim=64),
     sf.GaussianSketch(dim=64),
     sf.GaussianSketchHD(dim=64),
+    sf.Identity(),
 ]
 
 
@@ -144,6 +145,23 @@ def test_accuracy_and_sklearn_protocols(digits):
     # A sketch transformer as a stage equals its dict.
     a = sf.SketchRidgeClassifier(stages=[sf.TensorSketch(degree=3, offset=1.0, dim=1024, normalize="l2")], random_state=7)
     np.testing.assert_array_equal(a.fit(X, y).decision_function(Xt), classifier().fit(X, y).decision_function(Xt))
+
+
+def test_every_rust_family_has_its_transformer_with_the_rust_keys():
+    import json
+
+    from sketchfit import sketches
+
+    families = json.loads(_core.kinds())
+    assert [f["kind"] for f in families] == list(sketches.TRANSFORMERS), "one transformer per Rust family, in order"
+    for f in families:
+        cls = sketches.TRANSFORMERS[f["kind"]]
+        assert set(cls().get_params()) - {"random_state"} == set(f["keys"]), f["kind"]
+        assert cls._nonnegative == f["nonnegative"], f["kind"]
+        assert cls.__name__ in sf.__all__
+    # The χ² rule is the core's: a negative input is refused with its row and column.
+    with pytest.raises(ValueError, match="negative"):
+        sf.Chi2Series().fit(np.array([[0.5, -1.0], [0.5, 1.0]]))
 
 
 def test_transformers(digits):

@@ -8,7 +8,6 @@
 use std::path::PathBuf;
 
 use crate::error::{Error, Result};
-use crate::pipeline::candidate_spec::CandidateSpec;
 use crate::pipeline::spec::{Codes, LambdaValue, Metric, NullLabels, PcaMethod, PipelineSpec, SolverKind, Task};
 use crate::sketch::StageSpec;
 use crate::solve::{Components, LambdaChoice, SolvePath};
@@ -40,6 +39,16 @@ pub enum Selection {
 }
 
 impl Selection {
+    /// What the report calls it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Selection::Fixed(_) => "fixed",
+            Selection::Gcv { .. } => "gcv",
+            Selection::HeldOut { .. } => "validation",
+            Selection::KFold { .. } => "k-fold",
+        }
+    }
+
     /// The λ choice of the solve that precedes any scoring (fixed, or a grid).
     pub fn lambda(self) -> LambdaChoice {
         match self {
@@ -491,32 +500,8 @@ impl PipelineSpec {
         if !self.data.unlabeled.is_empty() {
             return refuse("candidates need every row labeled (no unlabeled files)");
         }
-        let pipelines = self.candidate_specs(c)?.iter().map(PipelineSpec::check).collect::<Result<Vec<_>>>()?;
+        let pipelines = c.pipelines(self)?.iter().map(PipelineSpec::check).collect::<Result<Vec<_>>>()?;
         Ok(Some(CandidateSet { key: format!("stages.{}.{}", c.stage, c.key), values: c.values.clone(), pipelines }))
-    }
-
-    /// The pipelines the candidates stand for, each without candidates.
-    fn candidate_specs(&self, c: &CandidateSpec) -> Result<Vec<PipelineSpec>> {
-        c.values
-            .iter()
-            .map(|v| {
-                let at = format!("stages.{}.candidates.{}", c.stage, c.key);
-                let stage =
-                    self.stages.get(c.stage).ok_or_else(|| Error::config(&self.source, &at, "no such stage"))?;
-                let mut value = serde_json::to_value(stage)
-                    .map_err(|e| Error::config(&self.source, &at, format!("value {v}: {e}")))?;
-                if let Some(o) = value.as_object_mut() {
-                    o.insert(c.key.clone(), v.clone());
-                }
-                let varied: StageSpec = serde_json::from_value(value)
-                    .map_err(|e| Error::config(&self.source, &at, format!("value {v}: {e}")))?;
-                varied.validate(&self.source, &at)?;
-                let mut spec = self.clone();
-                spec.stages[c.stage] = varied;
-                spec.candidates = None;
-                Ok(spec)
-            })
-            .collect()
     }
 }
 

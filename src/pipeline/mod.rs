@@ -18,6 +18,7 @@
 mod accumulate;
 mod assemble;
 mod candidate_spec;
+mod candidates;
 pub mod check;
 mod checkpoint;
 mod incremental;

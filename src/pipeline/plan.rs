@@ -565,3 +565,6 @@ impl Planner<'_> {
         MemoryPlan { statistics: rows, buffers, solve, needed, limit: self.limit, line, hint: String::new() }
     }
 }
+
+#[cfg(test)]
+mod tests;

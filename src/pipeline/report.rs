@@ -68,8 +68,6 @@ pub struct SolveReport {
     pub in_place: bool,
     /// Wall seconds.
     pub seconds: f64,
-    /// Numerical rank of the covariance, when it fell short of `D`.
-    pub rank: Option<usize>,
 }
 
 /// Where a resumed run started.

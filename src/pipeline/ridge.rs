@@ -84,8 +84,8 @@ pub(crate) fn enough_rows(n: u64) -> Result<()> {
     Ok(())
 }
 
-/// Ridge on all features of `stats` by the Cholesky or the tridiagonal path, with the
-/// spectrum when the path yields one.
+/// Ridge on all features of `stats` by the direct path planned (`Ridge::direct`), saying
+/// what the run should know: a factorisation in place, a rank short of `D`.
 pub(crate) fn direct(
     stats: &mut GramStats,
     solve: RidgeSolve,
@@ -93,40 +93,17 @@ pub(crate) fn direct(
     threads: usize,
     report: Option<&mut Reporter>,
 ) -> Result<(Ridge, Vec<f64>)> {
-    match (solve.path, lambda) {
-        (SolvePath::Cholesky, LambdaChoice::Fixed(lambda)) => {
-            let work = if solve.in_place {
-                if let Some(r) = report {
-                    r.say("solve: factoring in place on the statistics (they are on disk, or a copy of the Gram would not fit)");
-                }
-                std::mem::replace(&mut stats.gram, crate::stats::TriGram::zeros(0))
-            } else {
-                stats.gram.clone()
-            };
-            let (weights, bias) = crate::solve::cholesky::ridge_fixed(stats, work, lambda, threads)?;
-            Ok((Ridge::Solved { weights, bias }, Vec::new()))
-        }
-        (SolvePath::Tridiagonal, _) => {
-            let form = crate::solve::tridiag::Tridiagonal::new(stats, threads)?;
-            let max_g = stats.gram.diagonal().into_iter().fold(0.0, f64::max);
-            let lmax = form.sigma.first().copied().unwrap_or(0.0);
-            let tau = stats.dim() as f64 * f64::EPSILON * lmax.max(max_g);
-            let problem = form.problem(tau);
-            let ev = problem.sigma.clone();
-            let rank = ev.iter().filter(|&&v| v > tau).count();
-            if rank < ev.len() {
-                if let Some(r) = report {
-                    r.say(format!("note: the covariance has numerical rank {rank} of {}", ev.len()));
-                }
-            }
-            Ok((Ridge::Tridiagonal { form: Box::new(form), problem }, ev))
-        }
-        (p, l) => Err(Error::bug(if matches!((p, l), (SolvePath::Cholesky, _)) {
-            "the Cholesky path is planned only for a fixed λ > 0"
-        } else {
-            "only Cholesky and tridiagonal solve on all features directly"
-        })),
+    let in_place = solve.in_place && solve.path == SolvePath::Cholesky;
+    let dim = stats.dim();
+    let mut report = report;
+    if let (true, Some(r)) = (in_place, report.as_deref_mut()) {
+        r.say("solve: factoring in place on the statistics (they are on disk, or a copy of the Gram would not fit)");
     }
+    let d = Ridge::direct(stats, solve.path, lambda, in_place, threads)?;
+    if let (Some(rank), Some(r)) = (d.rank, report) {
+        r.say(format!("note: the covariance has numerical rank {rank} of {dim}"));
+    }
+    Ok((d.ridge, d.eigenvalues))
 }
 
 /// The statistics of one pass solved by `solve`: on all features directly, or PCA (on
@@ -229,13 +206,8 @@ pub(crate) fn settle(
     let choice = select::for_ridge(selection, ctx.checked.metric).select(&solved, ctx)?;
     let lambdas = choice.values.clone();
     let mut table = choice.table;
-    let method = match selection {
-        Selection::Fixed(_) => "fixed",
-        Selection::Gcv { .. } => "gcv",
-        Selection::HeldOut { .. } => "validation",
-        Selection::KFold { .. } => "k-fold",
-    };
-    let mut chosen = SelectionReport { method: method.into(), chosen: lambdas.clone(), ..SelectionReport::default() };
+    let mut chosen =
+        SelectionReport { method: selection.name().into(), chosen: lambdas.clone(), ..SelectionReport::default() };
     if let Some(t) = &mut table {
         let metric = ctx.checked.metric;
         ctx.report.say(format!(
@@ -266,8 +238,7 @@ pub(crate) fn settle(
     let (weights, bias) = fold_back(&solved, wp, bp, dim);
     let seconds = start.elapsed().as_secs_f64();
     ctx.report.say(format!("solve: {seconds:.1} s ({} path)", solved.path.name()));
-    ctx.report.report.solve =
-        Some(SolveReport { path: solved.path.name().into(), in_place: solved.in_place, seconds, rank: None });
+    ctx.report.report.solve = Some(SolveReport { path: solved.path.name().into(), in_place: solved.in_place, seconds });
     Ok(Solution {
         weights,
         bias,

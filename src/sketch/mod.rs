@@ -270,6 +270,45 @@ impl Kernel {
     }
 }
 
+/// A family as the registry holds it: its kind, the keys of its stage table (its own,
+/// then `normalize`, `weight`, and `down`/`down_dim` where it takes a down-projection),
+/// and whether its inputs must be non-negative. Bindings build their transformers from
+/// this list, so they never keep a copy of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FamilyInfo {
+    /// `kind` in pipeline files.
+    pub kind: &'static str,
+    /// The stage keys, sorted.
+    pub keys: Vec<String>,
+    /// Its inputs must be non-negative (the χ² family).
+    pub nonnegative: bool,
+}
+
+/// Every family of the registry, in its order.
+pub fn families() -> Vec<FamilyInfo> {
+    KINDS
+        .iter()
+        .filter_map(|&kind| {
+            let table = |extra: &[(&str, toml::Value)]| {
+                let mut t = toml::Table::new();
+                t.insert("kind".into(), toml::Value::String(kind.into()));
+                for (k, v) in extra {
+                    t.insert((*k).into(), v.clone());
+                }
+                t
+            };
+            // With a down-projection asked, the keys a family takes it by serialise too.
+            let down = [("down", toml::Value::String("srht".into())), ("down_dim", toml::Value::Integer(1))];
+            let spec = StageSpec::from_toml(&table(&down), "registry", "stage")
+                .or_else(|_| StageSpec::from_toml(&table(&[]), "registry", "stage"))
+                .ok()?;
+            let value = serde_json::to_value(&spec).ok()?;
+            let keys = value.as_object()?.keys().filter(|k| *k != "kind").cloned().collect();
+            Some(FamilyInfo { kind, keys, nonnegative: spec.needs_nonnegative() })
+        })
+        .collect()
+}
+
 impl StageSpec {
     /// Builds a stage spec from its TOML table, with errors that name the key.
     pub fn from_toml(table: &toml::Table, file: &str, at: &str) -> Result<Self> {
@@ -385,6 +424,19 @@ mod defaults_tests {
             StageSpec::GaussianSketchHd(Default::default()),
         ];
         assert_eq!(all.len(), KINDS.len());
+        // The registry's list for bindings covers every kind, with its keys.
+        let listed = families();
+        assert_eq!(listed.iter().map(|f| f.kind).collect::<Vec<_>>(), KINDS);
+        let chi2 = listed.iter().find(|f| f.kind == "chi2").unwrap();
+        assert!(
+            chi2.nonnegative && chi2.keys.contains(&"k".to_string()) && chi2.keys.contains(&"down_dim".to_string())
+        );
+        let craft = listed.iter().find(|f| f.kind == "craftmaps").unwrap();
+        assert!(
+            !craft.nonnegative
+                && craft.keys.contains(&"up_dim".to_string())
+                && !craft.keys.contains(&"down_dim".to_string())
+        );
         for (spec, kind) in all.iter().zip(KINDS) {
             let table = toml::Table::from_iter([("kind".to_string(), toml::Value::String(kind.to_string()))]);
             assert_eq!(&StageSpec::from_toml(&table, "t", "stages.0").unwrap(), spec, "{kind}");

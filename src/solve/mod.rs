@@ -26,5 +26,5 @@ pub mod rotated;
 pub mod tridiag;
 
 pub use eigen::{eigh_desc, Components, Pca};
-pub use ridge::{Ridge, SolvePath};
+pub use ridge::{Direct, Ridge, SolvePath};
 pub use rotated::{bias_for, lambda_grid, GcvCurve, LambdaChoice, RidgeFit, RotatedProblem};

@@ -4,8 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::rotated::{bias_for, GcvCurve, RotatedProblem};
-use crate::stats::Centered;
+use super::rotated::{bias_for, GcvCurve, LambdaChoice, RotatedProblem};
+use crate::error::{Error, Result};
+use crate::stats::{Centered, GramStats, TriGram};
 
 /// Which solve path runs (math.md §13.7); `auto` picks the cheapest that answers the
 /// pipeline's question.
@@ -63,7 +64,53 @@ pub enum Ridge {
     },
 }
 
+/// What a direct solve of the statistics leaves: the problem, the spectrum when the path
+/// computed one, and the numerical rank when it fell short of `D`.
+#[derive(Debug)]
+pub struct Direct {
+    /// The problem.
+    pub ridge: Ridge,
+    /// `σ_j`, descending (empty for a Cholesky).
+    pub eigenvalues: Vec<f64>,
+    /// The numerical rank, when below `D`.
+    pub rank: Option<usize>,
+}
+
 impl Ridge {
+    /// Ridge on all features of `stats` by a direct path (math.md §13.7): one tiled
+    /// Cholesky at a fixed λ > 0 — of the statistics' own Gram when `in_place`, which
+    /// consumes it — or the tridiagonal form, which gives every λ of the grid. The one
+    /// place a new path on the Gram statistics is dispatched.
+    pub fn direct(
+        stats: &mut GramStats,
+        path: SolvePath,
+        lambda: LambdaChoice,
+        in_place: bool,
+        threads: usize,
+    ) -> Result<Direct> {
+        match (path, lambda) {
+            (SolvePath::Cholesky, LambdaChoice::Fixed(lambda)) if lambda > 0.0 => {
+                let work =
+                    if in_place { std::mem::replace(&mut stats.gram, TriGram::zeros(0)) } else { stats.gram.clone() };
+                let (weights, bias) = super::cholesky::ridge_fixed(stats, work, lambda, threads)?;
+                Ok(Direct { ridge: Ridge::Solved { weights, bias }, eigenvalues: Vec::new(), rank: None })
+            }
+            (SolvePath::Tridiagonal, _) => {
+                let form = super::tridiag::Tridiagonal::new(stats, threads)?;
+                let max_g = stats.gram.diagonal().into_iter().fold(0.0, f64::max);
+                let lmax = form.sigma.first().copied().unwrap_or(0.0);
+                let tau = stats.dim() as f64 * f64::EPSILON * lmax.max(max_g);
+                let problem = form.problem(tau);
+                let eigenvalues = problem.sigma.clone();
+                let rank = eigenvalues.iter().filter(|&&v| v > tau).count();
+                let rank = (rank < eigenvalues.len()).then_some(rank);
+                Ok(Direct { ridge: Ridge::Tridiagonal { form: Box::new(form), problem }, eigenvalues, rank })
+            }
+            (SolvePath::Cholesky, _) => Err(Error::bug("the Cholesky path is planned only for a fixed λ > 0")),
+            _ => Err(Error::bug("only Cholesky and tridiagonal solve on all features directly")),
+        }
+    }
+
     /// Outputs `c`.
     pub fn outputs(&self) -> usize {
         match self {

@@ -8,6 +8,8 @@ use sketchfit::sketch::maclaurin::{DotKernel, Layout, OrderLaw, RandomMaclaurin}
 use sketchfit::sketch::recursive::RecursiveTensorSketch;
 use sketchfit::sketch::{build_map, CraftmapsSpec, DotKind, DownKind, FeatureMap, Normalize, StageSpec, UpKind};
 
+use crate::common::{mean_tolerance, variance_band};
+
 fn unit(seed: u64, d: usize) -> Vec<f32> {
     let mut r = StageRng::new(seed, 77);
     let v: Vec<f64> = (0..d).map(|_| r.normal()).collect();
@@ -63,11 +65,18 @@ fn random_maclaurin_is_unbiased_with_the_exact_variance() {
                 .map(|n| kernel.coef(n).powi(2) / law.q(n) * m_xy.powi(n as i32))
                 .sum::<f64>()
                 - f_s * f_s;
-            let (mean, var) = mean_var(&maclaurin_samples(kernel, h01, &x, &y, s));
-            let tol = 5.0 * (v1 / s as f64).sqrt();
+            let draws = maclaurin_samples(kernel, h01, &x, &y, s);
+            let (mean, var) = mean_var(&draws);
+            let tol = mean_tolerance(v1, s);
             assert!((mean - f_s).abs() <= tol, "{kernel:?} h01={h01}: mean {mean} vs {f_s} ± {tol}");
+            // Kurtosis 37–115: the band at α = 1e-6 is about ±8 % at 400,000 draws.
+            let (lo, hi) = variance_band(&draws);
             let ratio = var / v1;
-            assert!((0.85..=1.15).contains(&ratio), "{kernel:?} h01={h01}: variance ratio {ratio}");
+            assert!(
+                (lo..=hi).contains(&ratio),
+                "{kernel:?} h01={h01}: variance ratio {ratio} outside [{lo:.3}, {hi:.3}]"
+            );
+            assert!(hi - 1.0 < 0.12, "{kernel:?} h01={h01}: band [{lo}, {hi}] too wide to fail");
         }
     }
 }

@@ -344,12 +344,26 @@ fn few_components_go_to_block_krylov_whose_model_equals_the_dense_pca() {
         let p = p.to_string_lossy().into_owned();
         let krylov = dir.path(&format!("k{passes}.sfm"));
         let dense = dir.path(&format!("d{passes}.sfm"));
-        let out = sketchfit(&["train", &p, "-o", krylov.to_str().unwrap()]);
+        let (rk, rd) = (dir.path(&format!("k{passes}.json")), dir.path(&format!("d{passes}.json")));
+        let out = sketchfit(&["train", &p, "-o", krylov.to_str().unwrap(), "--report", rk.to_str().unwrap()]);
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-        assert!(stderr(&out).contains("by block Krylov"), "{}", stderr(&out));
-        let out = sketchfit(&["train", &p, "-o", dense.to_str().unwrap(), "--set", "pca.method=\"dense\""]);
+        let dense_set = ["--set", "pca.method=\"dense\"", "--report", rd.to_str().unwrap()];
+        let out = sketchfit(&[&["train", &p, "-o", dense.to_str().unwrap()][..], &dense_set[..]].concat());
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-        assert!(!stderr(&out).contains("block Krylov"), "{}", stderr(&out));
+        // Each PCA by the method asked: block Krylov (every stage's in two passes), or dense.
+        let krylov_pcas = |json: &std::path::Path| -> Vec<bool> {
+            let r = report(json);
+            r["pca"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|p| p["stage"].is_null() == (passes == 1))
+                .map(|p| p["krylov"].as_bool().unwrap())
+                .collect()
+        };
+        let (k_runs, d_runs) = (krylov_pcas(&rk), krylov_pcas(&rd));
+        assert!(!k_runs.is_empty() && k_runs.iter().all(|&k| k), "{passes}: {k_runs:?}");
+        assert!(!d_runs.is_empty() && d_runs.iter().all(|&k| !k), "{passes}: {d_runs:?}");
         let (k, d) = (Model::load(&krylov).unwrap(), Model::load(&dense).unwrap());
         assert!(k.header.projections.iter().all(|i| i.residual.is_some_and(|r| r <= 1e-10)));
         assert!(d.header.projections.iter().all(|i| i.residual.is_none()));

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use crate::common::{load, mat, vec1};
+use crate::common::{cases, load, mat, vec1};
 use sketchfit::sketch::count::CountSketch;
 use sketchfit::sketch::craftmaps::Craftmaps;
 use sketchfit::sketch::hadamard::{fwht, Srht};
@@ -30,7 +30,7 @@ fn tol(c: &Value, exp: &[f64]) -> f64 {
 
 #[test]
 fn fwht_matches_the_sylvester_vectors() {
-    for c in load("hadamard.json").iter().filter(|c| c["name"].as_str().unwrap().starts_with("fwht_")) {
+    for c in &cases("hadamard.json", "fwht_", 7) {
         let v = vec1(&c["inputs"]["v"]);
         let n = c["params"]["padded_length"].as_u64().unwrap() as usize;
         let mut buf = vec![0f32; n];
@@ -52,7 +52,7 @@ fn srht_of(p: &Value) -> Srht {
 
 #[test]
 fn srht_matches_golden_including_unsorted_rows_and_the_isometry() {
-    for c in load("hadamard.json").iter().filter(|c| c["name"].as_str().unwrap().starts_with("srht_")) {
+    for c in &cases("hadamard.json", "srht_", 3) {
         let s = srht_of(&c["params"]);
         s.validate().unwrap();
         let (rows, _, z) = mat(&c["inputs"]["Z"]);
@@ -187,9 +187,8 @@ fn cs(v: &Value, hk: &str, sk: &str, m: usize) -> CountSketch {
 
 #[test]
 fn recursive_tensor_sketch_tree_matches_golden() {
-    let cases = load("gaussian_sketch.json");
     let mut checked = 0;
-    for c in cases.iter().filter(|c| c["name"].as_str().unwrap().starts_with("recursive_ts_")) {
+    for c in &cases("gaussian_sketch.json", "recursive_ts_", 4) {
         let p = &c["params"];
         let (n, k, m) =
             (p["n"].as_u64().unwrap() as usize, p["k"].as_u64().unwrap() as usize, p["m"].as_u64().unwrap() as usize);
@@ -295,8 +294,7 @@ fn chi2_direct_series_and_exact_error_match_golden() {
 
 #[test]
 fn greedy_k_fit_matches_golden_including_edge_cases() {
-    let cases = load("chi2.json");
-    for c in cases.iter().filter(|c| c["name"].as_str().unwrap().starts_with("greedy_")) {
+    for c in &cases("chi2.json", "greedy_", 4) {
         let name = c["name"].as_str().unwrap();
         let (_, _, sample) = mat(&c["inputs"]["sample"]);
         let n = c["params"]["N"].as_u64().unwrap() as usize;

@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""The structure rules CI holds the code to (README, "How it works"):
+
+- no import cycle between source files: `use crate::a::b` edges between leaf files
+  (mod.rs, lib.rs and main.rs name their children and are left out), counted by the
+  workplace's ../shared/tools/cycles.py when it is beside the checkout, else here;
+- no Rust file under src/, tests/ or python/src/ over 600 lines.
+
+(No function takes more than six parameters: clippy.toml, checked by clippy.)
+Exit 1 with what broke a rule, 0 otherwise."""
+
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MAX_LINES = 600
+
+
+def rust_files(top):
+    for dirpath, _, names in os.walk(os.path.join(ROOT, top)):
+        for n in sorted(names):
+            if n.endswith(".rs"):
+                yield os.path.join(dirpath, n)
+
+
+def leaf_edges(src):
+    """`file → file` edges of `crate::` paths between leaf files of the crate at `src`."""
+    files = {os.path.relpath(p, src): open(p, encoding="utf-8").read() for p in rust_files(os.path.relpath(src, ROOT))}
+
+    def target(parts):
+        for n in range(len(parts), 0, -1):
+            for cand in (os.path.join(*parts[:n]) + ".rs", os.path.join(*parts[:n], "mod.rs")):
+                if cand in files:
+                    return cand
+        return None
+
+    edges = {}
+    for rel, text in files.items():
+        if os.path.basename(rel) in ("mod.rs", "lib.rs", "main.rs"):
+            continue
+        out = set()
+        for m in re.finditer(r"crate::((?:[a-z_][a-z0-9_]*::)*[a-z_][a-z0-9_]*)", text):
+            t = target(m.group(1).split("::"))
+            if t and t != rel and os.path.basename(t) not in ("mod.rs", "lib.rs", "main.rs"):
+                out.add(t)
+        edges[rel] = out
+    return edges
+
+
+def cycles(edges):
+    """Each strongly connected group of more than one file (Tarjan)."""
+    index, low, stack, on, found, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    sys.setrecursionlimit(10000)
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def main():
+    failed = False
+    shared = os.path.join(ROOT, "..", "shared", "tools", "cycles.py")
+    if os.path.exists(shared):
+        run = subprocess.run([sys.executable, shared, os.path.join(ROOT, "src")], capture_output=True, text=True)
+        print(run.stdout.strip())
+        failed |= run.returncode != 0
+    else:
+        groups = cycles(leaf_edges(os.path.join(ROOT, "src")))
+        for g in groups:
+            print("cycle among: " + ", ".join(g))
+        print(f"{len(groups)} import cycle group(s) between source files (../shared/tools/cycles.py is not beside this checkout)")
+        failed |= bool(groups)
+    long = []
+    for top in ("src", "tests", os.path.join("python", "src")):
+        for p in rust_files(top):
+            n = sum(1 for _ in open(p, encoding="utf-8"))
+            if n > MAX_LINES:
+                long.append((os.path.relpath(p, ROOT), n))
+    for p, n in long:
+        print(f"{p}: {n} lines, over {MAX_LINES}")
+    print(f"files over {MAX_LINES} lines: {len(long)}")
+    failed |= bool(long)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,274 @@
+//! The planner's rules, one case each: every refusal the checked pipeline and the plan
+//! make (naming its key), and every decision `auto` takes (path, in place, dual, PCA
+//! method, refit).
+
+use super::*;
+use crate::pipeline::report::Reporter;
+use crate::pipeline::spec::PipelineSpec;
+
+const BASE: &str = "task = \"classification\"\n[[stages]]\nkind = \"tensor_sketch\"\ndegree = 2\ndim = 256\n";
+const DATA: &str = "[data]\ntrain = [\"t\"]\nlabel = \"y\"\n";
+
+/// The pipeline text: `BASE`, its `[data]` (unless `extra` gives one: it names the
+/// training files as `train = ["t"]`), then `extra`.
+fn text(extra: &str) -> String {
+    let extra = extra.replace("[data]\n", "[data]\ntrain = [\"t\"]\n");
+    if extra.contains("[data]") {
+        format!("{BASE}{extra}\n")
+    } else {
+        format!("{BASE}{DATA}{extra}\n")
+    }
+}
+
+fn spec(extra: &str) -> std::result::Result<CheckedPipeline, Error> {
+    PipelineSpec::from_toml_str(&text(extra), "rules.toml").and_then(|s| s.check())
+}
+
+fn refused(extra: &str) -> (String, String) {
+    match spec(extra) {
+        Err(Error::Config { key, message, .. }) => (key, message),
+        Err(e) => panic!("{extra}: not a keyed refusal: {e}"),
+        Ok(_) => panic!("{extra}: accepted"),
+    }
+}
+
+fn facts(rows: u64, dim: usize) -> Facts {
+    Facts { d: 8, dims: vec![dim], stage_dims: vec![dim], outputs: 3, labeled_rows: rows, unlabeled_rows: 0, files: 1 }
+}
+
+fn plan(extra: &str, facts: &Facts, opts: &RunOptions) -> Result<Plan> {
+    let checked = spec(extra)?;
+    let (plan, memory) = Plan::decide(&checked, facts, opts)?;
+    memory.check()?;
+    Ok(plan)
+}
+
+#[test]
+fn every_rule_the_file_alone_decides_refuses_naming_its_key() {
+    let cases: &[(&str, &str, &str)] = &[
+        ("[data]\nlabel=\"y\"\nfeatures=[\"a\"]\nfeature_list=\"f\"", "data.feature_list", "either"),
+        ("[pca]\ncomponents = 4\nvariance = 0.9", "pca", "either components or variance"),
+        ("[pca]\ncomponents = 0", "pca.components", "≥ 1"),
+        ("[pca]\nvariance = 1.5", "pca.variance", "(0, 1]"),
+        ("[pca]\nvariance = 0.9\nmethod = \"subspace\"", "pca.method", "whole spectrum"),
+        ("[pca]\ncomponents = 4\ntolerance = 2.0", "pca.tolerance", "(0, 1)"),
+        ("[ridge]\nlambda = -1.0", "ridge.lambda", "≥ 0"),
+        ("[ridge]\nlambda = \"loo\"", "ridge.lambda", "\"gcv\""),
+        ("[ridge]\nlambda = 1.0\nper_output = true", "ridge.per_output", "gcv"),
+        ("[pca]\nper_stage = [4]", "pca.per_stage", "passes = 2"),
+        ("[ridge]\ncv = 11", "ridge.cv", "2 to 10"),
+        ("[ridge]\ncv = 3\n[pca]\ncomponents = 4", "ridge.cv", "all D features"),
+        ("[data]\nlabel=\"y\"\nvalidation=[\"v.parquet\"]\n[ridge]\ncv = 3", "ridge.cv", "not both"),
+        ("[data]\nlabel=\"y\"\nunlabeled=[\"u.parquet\"]\n[ridge]\ncv = 3", "ridge.cv", "every row labeled"),
+        ("[ridge]\ncv = 3\nlambda = 1.0", "ridge.cv", "from the grid"),
+        ("[ridge]\ncv = 3\nper_output = true", "ridge.cv", "one shared λ"),
+        ("[ridge]\ncv = 3\n[solver]\nkind = \"lasso\"\nlambda = 0.1", "ridge.cv", "for ridge"),
+        ("[ridge]\nmetric = \"log_loss\"\ncodes = \"ecoc\"\ncode_length = 0", "ridge.code_length", "≥ 1"),
+        ("[ridge]\ncode_file = \"c.txt\"", "ridge.code_file", "ecoc"),
+        ("[solver]\nl2 = 0.5", "solver.kind", "lasso, elastic_net"),
+        ("[solver]\nkind = \"lasso\"\nlambda = 0.0", "solver.lambda", "> 0"),
+        ("[solver]\nkind = \"lasso\"", "solver.lambda", "validation"),
+        ("[solver]\nkind = \"elastic_net\"\nlambda = 0.1\nl2 = -1.0", "solver.l2", "≥ 0"),
+        ("[solver]\nkind = \"lasso\"\nlambda = 0.1\nl2 = 1.0", "solver.l2", "the lasso has none"),
+        ("[solver]\nkind = \"lasso\"\nlambda = 0.1\npath = 1", "solver.path", "2 to 1000"),
+        ("[solver]\nkind = \"lasso\"\nlambda = 0.1\nratio = 1.0", "solver.ratio", "(0, 1)"),
+        ("[solver]\nkind = \"lasso\"\nlambda = 0.1\ntolerance = 0.0", "solver.tolerance", "(0, 1)"),
+        ("[solver]\nkind = \"lasso\"\nlambda = 0.1\nmax_sweeps = 0", "solver.max_sweeps", "≥ 1"),
+        ("[pca]\ncomponents = 4\n[solver]\nkind = \"group_lasso\"\nlambda = 0.1", "solver.kind", "raw basis"),
+        (
+            "[data]\nlabel=\"y\"\nunlabeled=[\"u.parquet\"]\n[solver]\nkind = \"lasso\"\nlambda = 0.1",
+            "data.unlabeled",
+            "PCA",
+        ),
+        ("[pca]\ncomponents = 4\n[ridge]\nlambda = 1.0\nsolver = \"cholesky\"", "ridge.solver", "PCA"),
+        ("[ridge]\nsolver = \"cholesky\"", "ridge.solver", "fixed ridge.lambda > 0"),
+        ("[pca]\ncomponents = 4\n[ridge]\nsolver = \"tridiagonal\"", "ridge.solver", "PCA"),
+        ("[ridge]\nlambda = 0.0\nsolver = \"tridiagonal\"", "ridge.solver", "pseudo-inverse"),
+        ("[pca]\ncomponents = 4\n[ridge]\nsolver = \"dual\"", "ridge.solver", "at most D/2"),
+        ("[ridge]\nlambda = 0.0\nsolver = \"dual\"", "ridge.solver", "at most D/2"),
+        ("[run]\nchunk_rows = 0", "run.chunk_rows", "from 1"),
+        ("[run]\nthreads = 2000", "run.threads", "1024"),
+    ];
+    for (extra, key, says) in cases {
+        let (k, m) = refused(extra);
+        assert_eq!(&k, key, "{extra}: {m}");
+        assert!(m.contains(says), "{extra}: '{m}' does not say '{says}'");
+    }
+    // The task's own columns.
+    // The task's own columns, the stages, and the two-pass keys.
+    let stage = "[[stages]]\nkind = \"identity\"\n";
+    let reg = "task = \"regression\"\n";
+    let train = "[data]\ntrain = [\"t\"]\n";
+    for (text, says) in [
+        (format!("{stage}{train}"), "data.label: classification needs a label column"),
+        (format!("{stage}{train}targets = [\"t\"]\nlabel = \"y\"\n"), "data.targets: targets are for"),
+        (format!("{reg}{stage}{train}"), "data.targets: regression needs"),
+        (format!("{reg}{stage}{train}targets = [\"t\"]\nlabel = \"y\"\n"), "data.label: label is for"),
+        (format!("{train}label = \"y\"\n"), "stages: no sketch stages"),
+        (format!("passes = 2\n{BASE}{DATA}"), "pca: two-pass mode needs a PCA size"),
+        (format!("passes = 2\n{BASE}{DATA}[pca]\nper_stage = [4, 4]\n"), "pca.per_stage: has 2 entries for 1 stages"),
+        (format!("passes = 2\n{BASE}{DATA}[pca]\nper_stage = [0]\n"), "pca.per_stage: every entry"),
+        (
+            format!("passes = 2\n{BASE}{DATA}[pca]\ncomponents = 4\n[solver]\nkind = \"lasso\"\nlambda = 0.1\n"),
+            "solver.kind: the sparse learners run on one pass",
+        ),
+        (format!("{reg}{stage}{train}targets = [\"t\"]\n[ridge]\nmetric = \"accuracy\"\n"), "ridge.metric"),
+        (format!("{reg}{stage}{train}targets = [\"t\"]\n[ridge]\ncodes = \"ecoc\"\n"), "ridge.codes"),
+        (format!("{reg}{stage}{train}targets = [\"t\"]\nnull_labels = \"unlabeled\"\n"), "data.null_labels"),
+    ] {
+        let e = PipelineSpec::from_toml_str(&text, "t.toml").unwrap_err();
+        assert!(e.to_string().contains(says), "{text}: {e}");
+    }
+}
+
+#[test]
+fn candidates_need_held_out_rows_one_pass_ridge_and_the_grid() {
+    let cand = "[[stages]]\nkind = \"rff\"\ndim = 64\ncandidates = { sigma = [0.5, 1.0] }\n";
+    let with =
+        |extra: &str| PipelineSpec::from_toml_str(&text(extra).replace(BASE, &format!("{BASE}{cand}")), "c.toml");
+    let key = |r: std::result::Result<PipelineSpec, Error>| match r {
+        Err(Error::Config { key, .. }) => key,
+        other => panic!("not refused by key: {other:?}"),
+    };
+    assert_eq!(key(with("")), "stages.1.candidates");
+    assert_eq!(key(with("[ridge]\ncv = 3\nlambda = 1.0\n")), "ridge.cv");
+    assert_eq!(key(with("[data]\nlabel=\"y\"\nvalidation=[\"v\"]\n[ridge]\nlambda = 1.0\n")), "ridge.lambda");
+    assert_eq!(key(with("[data]\nlabel=\"y\"\nvalidation=[\"v\"]\nunlabeled=[\"u\"]\n")), "stages.1.candidates");
+    assert_eq!(
+        key(with("[data]\nlabel=\"y\"\nvalidation=[\"v\"]\n[solver]\nkind = \"lasso\"\n")),
+        "stages.1.candidates"
+    );
+    // Accepted with k-fold; refused where its statistics would go to parts.
+    let ok = with("[ridge]\ncv = 3\n").unwrap().check().unwrap();
+    assert_eq!(ok.candidates.as_ref().map(|c| c.pipelines.len()), Some(2));
+    let facts = Facts { dims: vec![64, 64], stage_dims: vec![64, 256], ..facts(1000, 64) };
+    for opts in [
+        RunOptions { keep_statistics: true, ..RunOptions::default() },
+        RunOptions { from_parts: true, ..RunOptions::default() },
+    ] {
+        match Plan::decide(&ok, &facts, &opts) {
+            Err(Error::Config { key, message, .. }) => {
+                assert_eq!(key, "stages.1.candidates");
+                assert!(message.contains("one process"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    let (plan, _) = Plan::decide(&ok, &facts, &RunOptions::default()).unwrap();
+    assert!(
+        matches!(&plan, Plan::Candidates { plans } if plans.len() == 2 && plans.iter().all(|p| matches!(p, Plan::KFold(_))))
+    );
+}
+
+#[test]
+fn auto_takes_the_cheapest_path_that_answers() {
+    let opts = RunOptions::default();
+    let f = facts(100_000, 256);
+    let path = |extra: &str| plan(extra, &f, &opts).unwrap().path();
+    assert_eq!(path("[ridge]\nlambda = 0.1"), SolvePath::Cholesky);
+    assert_eq!(path(""), SolvePath::Tridiagonal);
+    assert_eq!(path("[ridge]\nlambda = 0.0"), SolvePath::Eigen);
+    assert_eq!(path("[pca]\ncomponents = 8\n[ridge]\nlambda = 0.1"), SolvePath::Eigen);
+    assert_eq!(path("[data]\nlabel=\"y\"\nnull_labels = \"unlabeled\"\n[ridge]\nlambda = 0.1"), SolvePath::Eigen);
+    assert_eq!(path("[ridge]\nlambda = 0.1\nsolver = \"eigen\""), SolvePath::Eigen);
+    // Held-out selection refits at a shared λ by one Cholesky; per output, on the grid.
+    let held = "[data]\nlabel=\"y\"\nvalidation=[\"v\"]\n";
+    match plan(held, &f, &opts).unwrap() {
+        Plan::Primal(p) => assert_eq!(p.refit.map(|r| r.path), Some(SolvePath::Cholesky)),
+        other => panic!("{other:?}"),
+    }
+    match plan(&format!("{held}[ridge]\nper_output = true\n"), &f, &opts).unwrap() {
+        Plan::Primal(p) => assert_eq!(p.refit.map(|r| r.path), Some(SolvePath::Tridiagonal)),
+        other => panic!("{other:?}"),
+    }
+    match plan(&format!("{held}[ridge]\nrefit = false\n"), &f, &opts).unwrap() {
+        Plan::Primal(p) => assert_eq!(p.refit, None),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn the_dual_takes_few_rows_unless_statistics_are_the_product() {
+    let gcv = "";
+    let dual = |rows: u64, opts: &RunOptions| plan(gcv, &facts(rows, 256), opts).map(|p| p.keeps_rows());
+    let plain = RunOptions::default();
+    assert!(dual(128, &plain).unwrap(), "128 rows ≤ D/2 = 128");
+    assert!(!dual(129, &plain).unwrap());
+    assert!(!dual(1, &plain).unwrap(), "one row solves nothing");
+    assert!(!dual(100, &RunOptions { keep_statistics: true, ..plain.clone() }).unwrap());
+    assert!(!dual(100, &RunOptions { from_parts: true, ..plain.clone() }).unwrap());
+    // Asked for where it cannot run: refused, naming the key.
+    let asked = "[ridge]\nsolver = \"dual\"";
+    for (rows, opts) in [(129, plain.clone()), (100, RunOptions { keep_statistics: true, ..plain.clone() })] {
+        match plan(asked, &facts(rows, 256), &opts) {
+            Err(Error::Config { key, message, .. }) => {
+                assert_eq!(key, "ridge.solver");
+                assert!(message.contains("at most D/2"), "{message}");
+            }
+            other => panic!("{rows}: {other:?}"),
+        }
+    }
+    assert!(plan(asked, &facts(100, 256), &plain).unwrap().keeps_rows());
+    // Validation or PCA questions are not the dual's.
+    assert!(!plan("[pca]\ncomponents = 4", &facts(100, 256), &plain).unwrap().keeps_rows());
+}
+
+#[test]
+fn a_fixed_lambda_factors_in_place_where_a_copy_does_not_fit_or_the_statistics_are_on_disk() {
+    let fixed = "[ridge]\nlambda = 0.1\n";
+    let in_place = |extra: &str, dim: usize, opts: &RunOptions| {
+        plan(&format!("{fixed}{extra}"), &facts(100_000, dim), opts).unwrap().factors_in_place()
+    };
+    let plain = RunOptions::default();
+    // D = 4096: a Gram of 64 MiB and a copy of as much.
+    assert!(!in_place("[run]\nmemory_limit_mib = 1000", 4096, &plain));
+    assert!(in_place("[run]\nmemory_limit_mib = 110\nchunk_rows = 64", 4096, &plain));
+    // On disk, a copy past 256 MiB is not worth its memory (D = 4096: 64 MiB; 16384: 1 GiB).
+    let disk = RunOptions { stats_on_disk: true, ..plain.clone() };
+    assert!(!in_place("", 4096, &disk));
+    assert!(in_place("", 16384, &disk));
+    assert!(!in_place("", 16384, &plain) || available_memory().is_some_and(|m| m < 3 << 30));
+}
+
+#[test]
+fn a_plan_that_does_not_fit_is_refused_before_the_pass_with_its_memory_stated() {
+    let checked = spec("[run]\nmemory_limit_mib = 8\n").unwrap();
+    let (plan, memory) = Plan::decide(&checked, &facts(100_000, 4096), &RunOptions::default()).unwrap();
+    assert_eq!(plan.path(), SolvePath::Tridiagonal);
+    assert!(
+        memory.line.starts_with("memory: statistics ") && memory.line.contains("tridiagonal path"),
+        "{}",
+        memory.line
+    );
+    assert_eq!(memory.limit, Some(8 << 20));
+    match memory.check() {
+        Err(Error::Memory { needed, limit, hint }) => {
+            assert!(needed > limit && hint.contains("fix ridge.lambda"), "{hint}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // The report records the line, the plan and the refusal's memory.
+    let mut report = Reporter::silent();
+    report.say(memory.line.clone());
+    assert_eq!(report.report.lines, vec![memory.line.clone()]);
+}
+
+#[test]
+fn block_krylov_takes_few_components_of_a_large_map() {
+    let opts = RunOptions::default();
+    let pca = |e: usize, dim: usize, method: &str| match plan(
+        &format!("[pca]\ncomponents = {e}\nmethod = \"{method}\"\n"),
+        &facts(100_000, dim),
+        &opts,
+    )
+    .unwrap()
+    {
+        Plan::Primal(p) => p.pca.and_then(|p| p.krylov),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(pca(256, 2048, "auto"), Some(256), "E = D/8 from D = 2048");
+    assert_eq!(pca(257, 2048, "auto"), None);
+    assert_eq!(pca(64, 1024, "auto"), None, "below D = 2048 dense is exact and fast");
+    assert_eq!(pca(64, 1024, "subspace"), Some(64));
+    assert_eq!(pca(64, 4096, "dense"), None);
+}

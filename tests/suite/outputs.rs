@@ -1,0 +1,90 @@
+//! Outputs and inputs: no output ever replaces an input (by name, link or glob match),
+//! a missing output directory is refused before the pass, and only regular files are
+//! read (a FIFO, socket, directory or symlink loop is refused, never waited on).
+
+use crate::bad_input::{good_columns, pipeline, train_fails};
+use crate::common::*;
+
+#[test]
+fn outputs_never_replace_inputs_by_name_link_or_glob() {
+    let dir = TempDir::new("clobber");
+    write_parquet(&dir.path("t.parquet"), good_columns(60), 20);
+    write_parquet(&dir.path("te.parquet"), good_columns(30), 20);
+    let p = pipeline(&dir, &["t*.parquet"], "features = [\"a\", \"b\"]", "[pca]\ncomponents = 4");
+    let model = dir.path("m.sfm");
+    let ok = sketchfit(&["train", &p, "-o", model.to_str().unwrap(), "--quiet"]);
+    assert_eq!(ok.status.code(), Some(0), "{}", stderr(&ok));
+    std::os::unix::fs::symlink(dir.path("t.parquet"), dir.path("alias.parquet")).unwrap();
+    std::fs::hard_link(dir.path("te.parquet"), dir.path("hard.parquet")).unwrap();
+    let snapshot = |d: &TempDir| -> Vec<(String, Vec<u8>)> {
+        d.files().into_iter().map(|f| (f.clone(), std::fs::read(d.path(&f)).unwrap())).collect()
+    };
+    let before = snapshot(&dir);
+    let s = |f: &str| dir.path(f).to_string_lossy().into_owned();
+    let cases: Vec<Vec<String>> = vec![
+        // The glob t*.parquet matches both files: either is an input.
+        vec!["train".into(), p.clone(), "-o".into(), s("te.parquet"), "--quiet".into()],
+        vec!["train".into(), p.clone(), "-o".into(), s("alias.parquet"), "--quiet".into()],
+        vec!["train".into(), p.clone(), "-o".into(), s("hard.parquet"), "--quiet".into()],
+        vec!["predict".into(), s("m.sfm"), "-i".into(), s("te.parquet"), "-o".into(), s("te.parquet")],
+        vec!["predict".into(), s("m.sfm"), "-i".into(), s("te.parquet"), "-o".into(), s("m.sfm")],
+        vec!["predict".into(), s("m.sfm"), "-i".into(), s("hard.parquet"), "-o".into(), s("te.parquet")],
+        vec!["transform".into(), s("m.sfm"), "-i".into(), s("t.parquet"), "-o".into(), s("alias.parquet")],
+    ];
+    for args in &cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = sketchfit(&args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("never replaces an input"), "{args:?}: {err}");
+        assert_eq!(snapshot(&dir), before, "{args:?} changed a file");
+    }
+}
+
+#[test]
+fn a_missing_output_directory_is_refused_before_the_pass() {
+    let dir = TempDir::new("no-out-dir");
+    write_parquet(&dir.path("t.parquet"), good_columns(60), 20);
+    let p = pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", "");
+    let out = sketchfit(&["train", &p, "-o", dir.path("nope/m.sfm").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("does not exist"), "{err}");
+    // Refused before any pass: no pass line was printed.
+    assert!(!err.contains("pass 1:"), "the pass ran before the output was checked: {err}");
+}
+
+#[cfg(unix)]
+#[test]
+fn fifos_directories_and_symlink_loops_are_refused_not_waited_on() {
+    let dir = TempDir::new("non-regular");
+    write_parquet(&dir.path("t.parquet"), good_columns(60), 20);
+    let fifo = dir.path("f.parquet");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo runs");
+    assert!(made.success());
+    std::os::unix::fs::symlink(dir.path("b.parquet"), dir.path("a.parquet")).unwrap();
+    std::os::unix::fs::symlink(dir.path("a.parquet"), dir.path("b.parquet")).unwrap();
+    std::fs::create_dir(dir.path("d.parquet")).unwrap();
+    for (name, needle) in
+        [("f.parquet", "not a regular file"), ("a.parquet", "symlink loop"), ("d.parquet", "a directory")]
+    {
+        let p = pipeline(&dir, &[name], "features = [\"a\", \"b\"]", "");
+        // A FIFO opened for reading would block this test forever: the refusal comes first.
+        train_fails(&dir, &p, &[name, needle]);
+    }
+    let p = pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", "");
+    let model = dir.path("m.sfm");
+    assert_eq!(sketchfit(&["train", &p, "-o", model.to_str().unwrap(), "-q"]).status.code(), Some(0));
+    let (f, t, x) = (fifo.to_str().unwrap(), dir.path("t.parquet"), dir.path("x.out"));
+    let (t, x) = (t.to_str().unwrap(), x.to_str().unwrap());
+    for args in [
+        vec!["predict", f, "-i", t, "-o", x],
+        vec!["inspect", f],
+        vec!["train", f, "-o", x],
+        vec!["solve", &p, f, "-o", x],
+    ] {
+        let out = sketchfit(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains("f.parquet") && stderr(&out).contains("not a regular file"), "{}", stderr(&out));
+    }
+}

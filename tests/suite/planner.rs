@@ -1,0 +1,135 @@
+//! The planner through the command line: the memory stated before the pass for each
+//! solve path, in-place factorisation where a copy would not fit or the statistics are
+//! on disk, and nothing allocated that the plan did not count. Facts the run reports are
+//! read from its `--report` JSON, not from stderr.
+
+use crate::bad_input::{good_columns, pipeline};
+use crate::common::*;
+use crate::learners_verified::{four_columns, ok, refused};
+
+#[test]
+fn the_memory_statement_covers_the_solve_path_and_a_fixed_lambda_factors_in_place() {
+    let dir = TempDir::new("memory");
+    write_parquet(&dir.path("t.parquet"), good_columns(300), 100);
+    // D = 4096: the Gram is 64 MiB, small chunks keep the buffers near the 32 MiB scratch:
+    // the pass fits in 110 MiB, the Gram and a copy (128 MiB) do not. (300 rows ≤ D/2
+    // would go to the dual path: the primal paths are named.)
+    let p = pipeline(
+        &dir,
+        &["t.parquet"],
+        "features = [\"a\", \"b\"]",
+        "dim = 4096\n\n[ridge]\nlambda = 0.1\nsolver = \"cholesky\"\n\n[run]\nchunk_rows = 64\nmemory_limit_mib = 110",
+    );
+    std::fs::write(&p, std::fs::read_to_string(&p).unwrap().replace("dim = 16\n", "")).unwrap();
+    let model = dir.path("m.sfm");
+    // A copy of the Gram does not fit beside it: factored in place, after the
+    // statistics were written to the checkpoint.
+    let json = dir.path("m.json");
+    let out = sketchfit(&["train", &p, "-o", model.to_str().unwrap(), "--report", json.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let r = report(&json);
+    assert_eq!(r["plan"]["mode"], "primal", "{r}");
+    assert_eq!(r["plan"]["solve"], serde_json::json!({"path": "cholesky", "in_place": true}));
+    assert!(r["memory"]["line"].as_str().unwrap().contains("cholesky path, in place"), "{r}");
+    assert!(r["memory"]["needed"].as_u64().unwrap() <= 110 << 20, "{r}");
+    assert_eq!(r["checkpointed_before_solve"], true);
+    assert_eq!(r["solve"]["in_place"], true);
+    assert!(model.exists() && !dir.path("m.sfm.ckpt").exists());
+    // GCV needs a dense D × D (128 MiB): refused before the pass, naming the path.
+    let gcv = ["--set", "ridge.lambda=\"gcv\"", "--set", "ridge.solver=\"tridiagonal\""];
+    let out = sketchfit(&[&["train", &p, "-o", dir.path("g.sfm").to_str().unwrap()][..], &gcv[..]].concat());
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("not enough memory") && err.contains("tridiagonal"), "{err}");
+    assert!(!err.contains("pass 1:"), "{err}");
+    assert!(!dir.path("g.sfm").exists());
+}
+
+#[test]
+fn a_large_fixed_lambda_solve_consumes_statistics_that_are_on_disk_and_equals_the_copy() {
+    let dir = TempDir::new("on-disk");
+    write_parquet(&dir.path("t.parquet"), good_columns(200), 100);
+    // D = 8192: the Gram copy (277 MB) passes the 256 MiB a solve copies when the
+    // statistics are safe on disk anyway.
+    let p = pipeline(
+        &dir,
+        &["t.parquet"],
+        "features = [\"a\", \"b\"]",
+        "dim = 8192\n\n[ridge]\nlambda = 0.1\nsolver = \"cholesky\"",
+    );
+    std::fs::write(&p, std::fs::read_to_string(&p).unwrap().replace("dim = 16\n", "")).unwrap();
+    let path = |name: &str| dir.path(name).to_string_lossy().into_owned();
+    let in_place = |json: &str| {
+        let r = report(&dir.path(json));
+        assert_eq!(r["plan"]["solve"]["in_place"], r["solve"]["in_place"], "{r}");
+        r["solve"]["in_place"].as_bool().unwrap()
+    };
+    // `train` keeps a checkpoint by default: written, factored in place, removed.
+    let out = sketchfit(&["train", &p, "-o", &path("in.sfm"), "--report", &path("in.json")]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(in_place("in.json"));
+    assert_eq!(report(&dir.path("in.json"))["checkpointed_before_solve"], true);
+    assert!(!dir.path("in.sfm.ckpt").exists());
+    // Without a checkpoint the statistics exist only in memory: a copy is factored.
+    let out = sketchfit(&[
+        "train",
+        &p,
+        "-o",
+        &path("copy.sfm"),
+        "--set",
+        "run.checkpoint_every=0",
+        "--report",
+        &path("copy.json"),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!in_place("copy.json"));
+    // `solve` from a part: the part is the copy on disk.
+    let out = sketchfit(&["accumulate", &p, "--shard", "0/1", "-o", &path("p.stats"), "-q"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = sketchfit(&["solve", &p, &path("p.stats"), "-o", &path("part.sfm"), "--report", &path("part.json")]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(in_place("part.json"));
+    assert!(dir.path("p.stats").exists());
+    // The same arithmetic either way: the models are equal bit for bit.
+    let load = |name: &str| sketchfit::model::Model::load(&dir.path(name)).unwrap();
+    let (a, b, c) = (load("in.sfm"), load("copy.sfm"), load("part.sfm"));
+    assert_eq!((&a.weights, &a.bias), (&b.weights, &b.bias));
+    assert_eq!((&a.weights, &a.bias), (&c.weights, &c.bias));
+}
+
+#[test]
+fn an_in_range_dim_whose_gram_would_not_fit_never_allocates_it() {
+    // 30 rows ≤ D/2 at D = 2^20: the plan keeps the rows (120 MiB) for the dual, and the
+    // 4 TiB Gram it did not plan for must never be allocated.
+    let dir = TempDir::new("huge-dim");
+    four_columns(&dir.path("t.parquet"), 30, None, 0);
+    let text = "[data]\ntrain = [\"t.parquet\"]\nfeatures = [\"x*\"]\nlabel = \"label\"\n\n[[stages]]\nkind = \"tensor_sketch\"\ndegree = 2\ndim = 1048576\n\n[ridge]\nlambda = 0.1\n";
+    std::fs::write(dir.path("p.toml"), text).unwrap();
+    let model = dir.path("m.sfm");
+    let json = dir.path("m.json");
+    let out = sketchfit(&[
+        "train",
+        dir.path("p.toml").to_str().unwrap(),
+        "-o",
+        model.to_str().unwrap(),
+        "--report",
+        json.to_str().unwrap(),
+    ]);
+    ok(&out);
+    let r = report(&json);
+    assert_eq!(r["plan"]["mode"], "dual", "{r}");
+    // The rows it kept, not the Gram: 30 × 2^20 f32.
+    assert_eq!(r["statistics_bytes"].as_u64().unwrap(), 30 * (4 * (1 << 20) + 8 * 3), "{r}");
+    let m = sketchfit::Model::load(&model).unwrap();
+    assert_eq!(m.header.dim, 1 << 20);
+    // With too little memory for the rows as well, refused before anything is allocated.
+    let out = sketchfit(&[
+        "train",
+        dir.path("p.toml").to_str().unwrap(),
+        "-o",
+        dir.path("m2.sfm").to_str().unwrap(),
+        "--set",
+        "run.memory_limit_mib=64",
+    ]);
+    refused(&out, &["not enough memory"]);
+}
