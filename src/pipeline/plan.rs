@@ -66,6 +66,8 @@ pub struct Facts {
     pub unlabeled_rows: u64,
     /// Input files.
     pub files: usize,
+    /// The maps' dense random parameters (a bound).
+    pub map_bytes: u64,
 }
 
 /// How ridge is solved on Gram statistics.
@@ -512,7 +514,7 @@ impl Planner<'_> {
             held_out += 2 * GramStats::bytes_for(dim, c) + (k * 41 * dim * c * 8) as u64;
         }
         // Statistics read from parts are in memory already, and no pass runs.
-        let resident = if self.opts.from_parts { 0 } else { stats + buffers };
+        let resident = if self.opts.from_parts { f.map_bytes } else { stats + buffers + f.map_bytes };
         let needed = resident + held_out + if in_place { 0 } else { solve };
         let what = match (checked.semi, refit) {
             _ if checked.candidates.is_some() => ", one per kernel candidate",
@@ -522,8 +524,9 @@ impl Planner<'_> {
             (false, true) => ", training and validation",
             (false, false) => "",
         };
+        let maps = if f.map_bytes > 0 { format!(", maps {}", mib(f.map_bytes)) } else { String::new() };
         let line = format!(
-            "memory: statistics {} (D = {dim}, {} pass(es){what}), chunk buffers {}, solve {} ({} path{}); {} rows × d = {d} in {} file(s)",
+            "memory: statistics {} (D = {dim}, {} pass(es){what}), chunk buffers {}{maps}, solve {} ({} path{}); {} rows × d = {d} in {} file(s)",
             mib(stats + held_out),
             checked.passes(),
             mib(buffers),
@@ -552,8 +555,9 @@ impl Planner<'_> {
         let solve = RowStats::solve_bytes(n, c, matches!(dual.lambda, LambdaChoice::Gcv { .. }));
         let chunk = chunk_rows_for(self.checked.spec().run.chunk_rows, dim, true);
         let buffers = (4 * chunk * (d * 4 + 2 * dim)) as u64;
+        let maps = if f.map_bytes > 0 { format!(", maps {}", mib(f.map_bytes)) } else { String::new() };
         let line = format!(
-            "memory: {n} rows ≤ D/2 = {}: the mapped rows are kept {} instead of the Gram {}, chunk buffers {}, solve {} (dual path: the {n} × {n} kernel matrix); d = {d} in {} file(s)",
+            "memory: {n} rows ≤ D/2 = {}: the mapped rows are kept {} instead of the Gram {}, chunk buffers {}{maps}, solve {} (dual path: the {n} × {n} kernel matrix); d = {d} in {} file(s)",
             dim / 2,
             mib(rows),
             mib(GramStats::bytes_for(dim, c)),
@@ -561,7 +565,7 @@ impl Planner<'_> {
             mib(solve),
             f.files,
         );
-        let needed = rows + solve + buffers;
+        let needed = rows + solve + buffers + f.map_bytes;
         MemoryPlan { statistics: rows, buffers, solve, needed, limit: self.limit, line, hint: String::new() }
     }
 }

@@ -123,6 +123,7 @@ impl Prepared {
             labeled_rows: self.labeled.total_rows(),
             unlabeled_rows: self.unlabeled.as_ref().map_or(0, Dataset::total_rows),
             files: self.labeled.files.len() + self.unlabeled.as_ref().map_or(0, |u| u.files.len()),
+            map_bytes: self.maps.iter().flat_map(|m| &m.stages).map(|s| s.param_bytes(self.labeled.dim())).sum(),
         }
     }
 }
@@ -248,6 +249,19 @@ fn fitted_map(
         .map(|(i, s)| s.fit(sample, d, spec.run.seed, i))
         .collect::<Result<_>>()
         .map_err(place)?;
+    // The maps' dense random parameters are drawn before the plan: refuse what would not
+    // fit before drawing them (D = 2^20 over thousands of input columns is terabytes).
+    let bytes: u64 = fitted.iter().map(|s| s.param_bytes(d)).sum();
+    if let Some(limit) = crate::pipeline::plan::memory_limit(checked).filter(|&l| bytes > l) {
+        return Err(Error::Memory {
+            needed: bytes,
+            limit,
+            hint: format!(
+                "the stages' random parameters ({}) grow as the input width × dim: lower the stages' dim or the input columns",
+                crate::pipeline::plan::mib(bytes)
+            ),
+        });
+    }
     let mut map = FittedMap::build(fitted, d, spec.run.seed, None).map_err(place)?;
     if spec.run.shift == ShiftMode::Sample {
         let threads = crate::pipeline::plan::RunOptions::default().threads_for(checked);

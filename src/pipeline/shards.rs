@@ -236,6 +236,7 @@ fn solve_blocks(
         labeled_rows: blocks.first().map_or(0, |(_, s)| s.n),
         unlabeled_rows: 0,
         files: 0,
+        map_bytes: map.stages.iter().map(|s| s.param_bytes(labels.features.dim)).sum(),
     };
     let plan = decide_from(checked, &facts, opts, report)?;
     let bad = |message: String| Error::BadModel { path: origin.to_path_buf(), message };

@@ -333,9 +333,11 @@ pub fn sample_mean(pipeline: &FeaturePipeline, sample: &[f32], threads: usize) -
     let n = sample.len().checked_div(d).unwrap_or(0);
     let mut sum = vec![0.0f64; dim];
     let mut z = Vec::new();
-    // Blocks of 256 rows: at large D a block's features are the largest allocation of
-    // the pre-pass (the sum runs row by row in order, so the mean is the same).
-    for block in sample.chunks(256 * d.max(1)) {
+    // Blocks of at most 256 rows and 64 MiB of features: at large D a block's features
+    // are the largest allocation of the pre-pass, made before the plan (the sum runs row
+    // by row in order, so the mean is the same for any block).
+    let rows = ((64usize << 20) / (4 * dim.max(1))).clamp(1, 256);
+    for block in sample.chunks(rows * d.max(1)) {
         let rows = block.len() / d.max(1);
         z.resize(rows * dim, 0.0);
         pipeline.map_chunk(block, rows, &mut z, threads);

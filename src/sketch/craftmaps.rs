@@ -138,6 +138,15 @@ impl Family for CraftmapsSpec {
         }
         Ok(())
     }
+    fn dense_param_bytes(&self, d: usize) -> u64 {
+        let up = match self.up {
+            UpKind::RandomMaclaurin => super::maclaurin::rm_param_bytes(self.hadamard, d, self.up_dim()),
+            UpKind::TensorSketch => 0,
+        };
+        // A Gaussian down-projection is an up_dim × D f32 matrix; the SRHT holds O(up_dim).
+        let down = if self.down == DownKind::Gaussian { 4 * (self.up_dim() * self.dim) as u64 } else { 0 };
+        up + down
+    }
     fn dim(&self) -> Option<usize> {
         Some(self.dim)
     }

@@ -105,6 +105,10 @@ impl Family for ExpChi2Spec {
     fn settled(f: &ExpChi2Fitted) -> Self {
         f.spec.clone()
     }
+    fn dense_param_bytes(&self, d: usize) -> u64 {
+        // Random Fourier features over the series' features, about 2·terms + 1 per input.
+        4 * ((2 * self.terms + 1) as u64 * d as u64 + 1) * self.dim as u64
+    }
     fn dim(&self) -> Option<usize> {
         Some(self.dim)
     }

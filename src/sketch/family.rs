@@ -30,6 +30,13 @@ pub(crate) trait Family:
     /// True when the stage's inputs must be non-negative (the χ² family).
     const NONNEGATIVE: bool = false;
 
+    /// An upper bound on the bytes of the random parameters that grow as `d × D` (dense
+    /// projections), for inputs of width `d`: what the run states and checks before it
+    /// draws the map. Count-sketch families hold `O(d)` and count 0.
+    fn dense_param_bytes(&self, _d: usize) -> u64 {
+        0
+    }
+
     /// Checks every key; with the input width `d` known, also the keys sized by it.
     fn check(&self, d: Option<usize>) -> Checked;
 

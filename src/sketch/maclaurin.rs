@@ -372,6 +372,18 @@ family_spec! {
     }
 }
 
+/// The bound of a random Maclaurin map's projections: dense ±1 signs held as f32 over
+/// `d × Σ N_i`, the orders averaging at most 4 (the law `q(n) ∝ η^{−n}` at η ≥ 2, from
+/// order 2 with H0/1); the Hadamard-structured projections hold `O(Σ N_i)` bytes.
+pub(crate) fn rm_param_bytes(hadamard: bool, d: usize, dim: usize) -> u64 {
+    let total = 4 * dim as u64;
+    if hadamard {
+        5 * total
+    } else {
+        4 * d as u64 * total
+    }
+}
+
 impl RandomMaclaurinSpec {
     fn dot(&self) -> DotKernel {
         dot_kernel(self.kernel, self.degree, self.gamma, self.offset)
@@ -390,6 +402,9 @@ impl Family for RandomMaclaurinSpec {
         poly(self.degree, self.gamma, self.offset)?;
         eta(self.eta)?;
         dim("dim", self.dim, 1)
+    }
+    fn dense_param_bytes(&self, d: usize) -> u64 {
+        rm_param_bytes(self.hadamard, d, self.dim)
     }
     fn dim(&self) -> Option<usize> {
         Some(self.dim)

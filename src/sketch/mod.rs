@@ -145,6 +145,21 @@ macro_rules! families {
                 }
             }
 
+            /// An upper bound on the bytes of the stage's dense random parameters for
+            /// inputs of width `d`, its Gaussian down-projection included.
+            pub fn param_bytes(&self, d: usize) -> u64 {
+                let own = match self {
+                    $(StageSpec::$variant(s) => s.dense_param_bytes(d),)*
+                };
+                let width = match self {
+                    $(StageSpec::$variant(s) => s.dim().unwrap_or(d),)*
+                } as u64;
+                match self.down_keys() {
+                    (Some(DownKind::Gaussian), e) => own + 4 * width * e as u64,
+                    _ => own,
+                }
+            }
+
             /// True for stages whose inputs must be non-negative (the χ² family).
             pub fn needs_nonnegative(&self) -> bool {
                 match self {

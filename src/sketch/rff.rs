@@ -191,6 +191,10 @@ impl Family for RffSpec {
     fn settled(f: &RffFitted) -> Self {
         f.spec.clone()
     }
+    fn dense_param_bytes(&self, d: usize) -> u64 {
+        // `wt`: d × D f32, and D phases.
+        4 * (d as u64 + 1) * self.dim as u64
+    }
     fn dim(&self) -> Option<usize> {
         Some(self.dim)
     }

@@ -119,12 +119,24 @@ pub(super) fn describe_columns(schema: &Schema) -> String {
     format!("{}{more}", names.join(", "))
 }
 
+/// How footers are read: the column, page-encoding and size statistics are never used
+/// here, so they are not decoded. Besides saving the time on wide files, this reads files
+/// whose writers typed those fields otherwise than the format says (a Dremio-written size
+/// statistic as a list of i16 where the format has i64), which other readers skip too.
+fn reader_options() -> ArrowReaderOptions {
+    use parquet::file::metadata::ParquetStatisticsPolicy;
+    ArrowReaderOptions::new()
+        .with_column_stats_policy(ParquetStatisticsPolicy::SkipAll)
+        .with_encoding_stats_policy(ParquetStatisticsPolicy::SkipAll)
+        .with_size_stats_policy(ParquetStatisticsPolicy::SkipAll)
+}
+
 fn open_file(path: &Path) -> Result<InputFile> {
     let file = crate::atomic::open_input(path)?;
-    let meta = ArrowReaderMetadata::load(&file, ArrowReaderOptions::new()).map_err(|source| {
-        // A footer field whose thrift type differs from the one the spec gives it (a
-        // Dremio-written list of i16 where the spec has i64) fails this reader's strict
-        // decoder although other readers skip it: say so, and how to get a readable file.
+    let meta = ArrowReaderMetadata::load(&file, reader_options()).map_err(|source| {
+        // A footer field whose thrift type differs from the one the spec gives it, outside
+        // the statistics this reader skips, fails its strict decoder although other
+        // readers may skip it: say so, and how to get a readable file.
         if source.to_string().contains("Expected list element type") {
             return Error::data(
                 Location::file(path),
@@ -159,7 +171,7 @@ fn with_row_group_count(meta: ArrowReaderMetadata, path: &Path) -> Result<ArrowR
         f.column_orders().cloned(),
     );
     let md = ParquetMetaDataBuilder::new(fixed).set_row_groups(md.row_groups().to_vec()).build();
-    ArrowReaderMetadata::try_new(std::sync::Arc::new(md), ArrowReaderOptions::new())
+    ArrowReaderMetadata::try_new(std::sync::Arc::new(md), reader_options())
         .map_err(|source| Error::Parquet { location: Location::file(path), source })
 }
 

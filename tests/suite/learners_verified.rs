@@ -397,6 +397,62 @@ fn a_footer_whose_file_row_count_is_zero_reads_its_row_groups() {
 }
 
 #[test]
+fn a_footer_whose_size_statistics_are_typed_otherwise_is_read() {
+    // A Dremio-written file's footer types a list of the column-chunk size statistics as
+    // i16 where the format has i64; this reader's strict footer decoder refused it.
+    // Write nullable columns (so each chunk has a definition-level histogram, field 3 of
+    // SizeStatistics: `0x39`, then the list header `0x26`: 2 elements of i64) and retype
+    // every such list as i16 (`0x24`): the varints that follow decode the same either way.
+    use arrow_schema::{DataType, Field, Schema};
+    let dir = TempDir::new("dremio-footer");
+    let n = 60;
+    let col = |k: f32| {
+        Arc::new(Float32Array::from((0..n).map(|i| Some((i as f32 * k).sin())).collect::<Vec<_>>())) as ArrayRef
+    };
+    let label = Arc::new(Int64Array::from((0..n).map(|i| Some(i % 2)).collect::<Vec<_>>())) as ArrayRef;
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("x0", DataType::Float32, true),
+        Field::new("x1", DataType::Float32, true),
+        Field::new("label", DataType::Int64, true),
+    ]));
+    let batch = RecordBatch::try_new(schema.clone(), vec![col(0.3), col(0.7), label]).unwrap();
+    let mut w =
+        parquet::arrow::ArrowWriter::try_new(std::fs::File::create(dir.path("t.parquet")).unwrap(), schema, None)
+            .unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    let mut bytes = std::fs::read(dir.path("t.parquet")).unwrap();
+    let len = bytes.len();
+    let footer_len = u32::from_le_bytes(bytes[len - 8..len - 4].try_into().unwrap()) as usize;
+    let start = len - 8 - footer_len;
+    let at: Vec<usize> = (start..len - 9).filter(|&i| bytes[i] == 0x39 && bytes[i + 1] == 0x26).collect();
+    assert_eq!(at.len(), 3, "one definition-level histogram per column chunk");
+    for i in at {
+        bytes[i + 1] = 0x24;
+    }
+    std::fs::write(dir.path("d.parquet"), &bytes).unwrap();
+    // The reproduction: a reader that decodes every statistic refuses it.
+    let strict = parquet::arrow::arrow_reader::ArrowReaderMetadata::load(
+        &std::fs::File::open(dir.path("d.parquet")).unwrap(),
+        Default::default(),
+    )
+    .unwrap_err();
+    assert!(strict.to_string().contains("Expected list element type of I64 but got I16"), "{strict}");
+    // sketchfit never uses the statistics, so it does not decode them: the same model.
+    let text = |f: &str| {
+        format!("[data]\ntrain = [\"{f}\"]\nfeatures = [\"x*\"]\nlabel = \"label\"\n\n[[stages]]\nkind = \"rff\"\ndim = 16\nsigma = 1.0\n\n[ridge]\nlambda = 0.1\n")
+    };
+    for f in ["t", "d"] {
+        std::fs::write(dir.path(&format!("{f}.toml")), text(&format!("{f}.parquet"))).unwrap();
+        let (p, m) = (dir.path(&format!("{f}.toml")), dir.path(&format!("{f}.sfm")));
+        ok(&sketchfit(&["train", p.to_str().unwrap(), "-o", m.to_str().unwrap(), "-q"]));
+    }
+    let (t, d) =
+        (sketchfit::Model::load(&dir.path("t.sfm")).unwrap(), sketchfit::Model::load(&dir.path("d.sfm")).unwrap());
+    assert_eq!((d.header.rows, &d.weights), (60, &t.weights));
+}
+
+#[test]
 fn candidates_with_a_fixed_lambda_are_refused_by_key_not_an_internal_error() {
     // Found by the extended property test (seed 2, case 485): exit 1, "a candidate without scores".
     let dir = TempDir::new("cand-fixed");

@@ -98,6 +98,30 @@ fn a_large_fixed_lambda_solve_consumes_statistics_that_are_on_disk_and_equals_th
 }
 
 #[test]
+fn maps_whose_random_parameters_would_not_fit_are_refused_before_they_are_drawn() {
+    // RFF at D = 2^20 over 4 inputs holds a 5 × 2^20 f32 matrix (20 MiB), drawn before
+    // the plan: refused by a 16 MiB limit before anything is drawn, and counted in the
+    // memory line where it fits.
+    let dir = TempDir::new("map-params");
+    four_columns(&dir.path("t.parquet"), 30, None, 0);
+    let text = |dim: usize, limit: u64| {
+        format!(
+            "[data]\ntrain = [\"t.parquet\"]\nfeatures = [\"x*\"]\nlabel = \"label\"\n\n[[stages]]\nkind = \"rff\"\ndim = {dim}\nsigma = 1.0\n\n[ridge]\nlambda = 0.1\n[run]\nmemory_limit_mib = {limit}\n"
+        )
+    };
+    std::fs::write(dir.path("big.toml"), text(1 << 20, 16)).unwrap();
+    let out = sketchfit(&["train", dir.path("big.toml").to_str().unwrap(), "-o", dir.path("b.sfm").to_str().unwrap()]);
+    refused(&out, &["not enough memory", "random parameters"]);
+    assert!(!stderr(&out).contains("memory: statistics"), "refused before the plan: {}", stderr(&out));
+    std::fs::write(dir.path("small.toml"), text(1 << 12, 4096)).unwrap();
+    let json = dir.path("s.json");
+    let (p, m) = (dir.path("small.toml"), dir.path("s.sfm"));
+    ok(&sketchfit(&["train", p.to_str().unwrap(), "-o", m.to_str().unwrap(), "--report", json.to_str().unwrap()]));
+    let line = report(&json)["memory"]["line"].as_str().unwrap().to_string();
+    assert!(line.contains("maps 0.1 MiB"), "{line}");
+}
+
+#[test]
 fn an_in_range_dim_whose_gram_would_not_fit_never_allocates_it() {
     // 30 rows ≤ D/2 at D = 2^20: the plan keeps the rows (120 MiB) for the dual, and the
     // 4 TiB Gram it did not plan for must never be allocated.

@@ -33,7 +33,16 @@ fn refused(extra: &str) -> (String, String) {
 }
 
 fn facts(rows: u64, dim: usize) -> Facts {
-    Facts { d: 8, dims: vec![dim], stage_dims: vec![dim], outputs: 3, labeled_rows: rows, unlabeled_rows: 0, files: 1 }
+    Facts {
+        d: 8,
+        dims: vec![dim],
+        stage_dims: vec![dim],
+        outputs: 3,
+        labeled_rows: rows,
+        unlabeled_rows: 0,
+        files: 1,
+        map_bytes: 0,
+    }
 }
 
 fn plan(extra: &str, facts: &Facts, opts: &RunOptions) -> Result<Plan> {
