@@ -24,6 +24,7 @@ mod outputs;
 mod planner;
 mod property;
 mod resume;
+mod scoring;
 mod sparse_solvers;
 mod streaming_vs_dense;
 mod tensor_sketch_stats;

@@ -1,0 +1,120 @@
+//! Scoring on every core: `predict`, `transform` and `evaluate` split the mapping and
+//! scoring over worker threads and write in input order; the result does not depend on
+//! the thread count, bit for bit, and the library's scores are the command's.
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Float64Type;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use sketchfit::Model;
+
+use crate::common::*;
+
+fn digits_model(dir: &TempDir) -> std::path::PathBuf {
+    let p = dir.path("p.toml");
+    std::fs::write(
+        &p,
+        format!(
+            "[data]\ntrain = [\"{}\"]\nfeatures = [\"px*\"]\nlabel = \"label\"\n\n[[stages]]\nkind = \"tensor_sketch\"\ndegree = 3\noffset = 1.0\ndim = 1024\nnormalize = \"l2\"\n\n[pca]\ncomponents = 64\n\n[ridge]\nlambda = 0.01\n",
+            repo("data/digits_train.parquet")
+        ),
+    )
+    .unwrap();
+    let model = dir.path("m.sfm");
+    let out = sketchfit(&["train", p.to_str().unwrap(), "-o", model.to_str().unwrap(), "-q"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    model
+}
+
+#[test]
+fn predictions_scores_and_pca_features_are_the_same_bytes_for_any_thread_count() {
+    let dir = TempDir::new("scoring-threads");
+    let model = digits_model(&dir);
+    let test = repo("data/digits_test.parquet");
+    for (cmd, extra) in [("predict", vec!["--scores", "--keep", "label"]), ("transform", vec!["--keep", "label"])] {
+        let mut outputs = Vec::new();
+        for threads in ["1", "2", "3"] {
+            let out = dir.path(&format!("{cmd}-{threads}.parquet"));
+            let mut args =
+                vec![cmd, model.to_str().unwrap(), "-i", &test, "-o", out.to_str().unwrap(), "--threads", threads];
+            args.extend(["--chunk-rows", "100"]);
+            args.extend(extra.iter().copied());
+            let run = sketchfit(&args);
+            assert_eq!(run.status.code(), Some(0), "{cmd} --threads {threads}: {}", stderr(&run));
+            outputs.push(std::fs::read(&out).unwrap());
+        }
+        assert!(outputs[0] == outputs[1] && outputs[0] == outputs[2], "{cmd}: the thread count changed the output");
+    }
+    // The rows come out in input order: the kept labels are the file's.
+    let read = |path: &std::path::Path| -> Vec<arrow_array::RecordBatch> {
+        ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(path).unwrap())
+            .unwrap()
+            .build()
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    let kept: Vec<i64> = read(&dir.path("predict-2.parquet"))
+        .iter()
+        .flat_map(|b| {
+            let c = b.column_by_name("label").unwrap();
+            arrow_cast::cast(c, &arrow_schema::DataType::Int64)
+                .unwrap()
+                .as_primitive::<arrow_array::types::Int64Type>()
+                .values()
+                .to_vec()
+        })
+        .collect();
+    let input: Vec<i64> = read(std::path::Path::new(&test))
+        .iter()
+        .flat_map(|b| {
+            let c = b.column_by_name("label").unwrap();
+            arrow_cast::cast(c, &arrow_schema::DataType::Int64)
+                .unwrap()
+                .as_primitive::<arrow_array::types::Int64Type>()
+                .values()
+                .to_vec()
+        })
+        .collect();
+    assert_eq!(kept, input);
+    // The library's scores (every core, row blocks) are the command's, and its row-major
+    // decision values do not depend on the threads either.
+    let m = Model::load(&model).unwrap();
+    let batches = read(std::path::Path::new(&test));
+    let (lib, rows) = m.score_batches(&batches, false).unwrap();
+    let written: Vec<f64> = read(&dir.path("predict-1.parquet"))
+        .iter()
+        .flat_map(|b| {
+            let names: Vec<String> =
+                b.schema().fields().iter().map(|f| f.name().clone()).filter(|n| n.starts_with("score_")).collect();
+            let cols: Vec<Vec<f64>> = names
+                .iter()
+                .map(|n| b.column_by_name(n).unwrap().as_primitive::<Float64Type>().values().to_vec())
+                .collect();
+            (0..b.num_rows()).flat_map(move |r| cols.iter().map(move |c| c[r]).collect::<Vec<_>>())
+        })
+        .collect();
+    assert_eq!(lib.len(), rows * 10);
+    assert_eq!(lib, written);
+    let x: Vec<f32> = {
+        let d = m.header.features.dim;
+        let mut z = Vec::new();
+        for b in &batches {
+            for r in 0..b.num_rows() {
+                for j in 0..d {
+                    let c = b.column_by_name(&m.header.features.columns[j]).unwrap();
+                    z.push(
+                        arrow_cast::cast(c, &arrow_schema::DataType::Float32)
+                            .unwrap()
+                            .as_primitive::<arrow_array::types::Float32Type>()
+                            .value(r),
+                    );
+                }
+            }
+        }
+        z
+    };
+    let mut z = Vec::new();
+    let one = m.scores(&x, rows, &mut z, 1);
+    let three = m.scores(&x, rows, &mut z, 3);
+    assert_eq!(one, three);
+}
