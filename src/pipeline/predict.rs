@@ -152,7 +152,7 @@ pub fn evaluate(
         };
         Ok((scores, truth))
     };
-    stream_ordered(&ds, &ds.units(), chunk_rows.max(1), threads, &work, &mut |ch: Chunk, (scores, truth)| {
+    stream_ordered(&ds, &ds.units(), chunk_rows.max(1), threads, &work, &mut |ch: &Chunk, (scores, truth)| {
         if h.classes.is_some() {
             for (&t, p) in truth.iter().zip(model.classify(&scores)) {
                 confusion[t][p] += 1;

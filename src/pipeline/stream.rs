@@ -60,7 +60,7 @@ pub fn stream_ordered<S: Default, T: Send>(
     chunk_rows: usize,
     workers: usize,
     work: &WorkFn<'_, S, T>,
-    consume: &mut dyn FnMut(Chunk, T) -> Result<()>,
+    consume: &mut dyn FnMut(&Chunk, T) -> Result<()>,
 ) -> Result<()> {
     let workers = workers.max(1);
     let (token_tx, token_rx) = crossbeam_channel::bounded::<()>(workers + 2);
@@ -106,7 +106,8 @@ pub fn stream_ordered<S: Default, T: Send>(
             waiting.insert(seq, out);
             while let Some(out) = waiting.remove(&next) {
                 let (chunk, t) = out?;
-                consume(chunk, t)?;
+                consume(&chunk, t)?;
+                dataset.recycle(chunk.x);
                 let _ = token_tx.send(());
                 next += 1;
             }
