@@ -4,8 +4,6 @@
 //! `u = Σy`, `v = Σy∘y`. They add chunk by chunk, merge across shards and threads,
 //! and are all that the solvers see.
 
-use ndarray::ArrayView2;
-
 use crate::error::{Error, Result};
 mod file;
 mod tri;
@@ -145,59 +143,59 @@ impl GramStats {
             let value = z[pos].into();
             return Err(Error::BadFeature { row: pos / dim, feature: pos % dim, value, too_large: value.is_finite() });
         }
+        // Each block is widened, shifted and transposed to column-major (each feature's
+        // values contiguous): the layout the Gram's GEMMs run fastest on, and the one `s`
+        // and `T` sum along.
         let mut zc = vec![0.0f64; ROW_BLOCK.min(rows) * dim];
         let mut z32 = if precision == Precision::F32 { vec![0.0f32; ROW_BLOCK.min(rows) * dim] } else { Vec::new() };
         let threads = threads.max(1);
+        let cols = dim.div_ceil(threads).max(1);
         for start in (0..rows).step_by(ROW_BLOCK) {
             let nb = ROW_BLOCK.min(rows - start);
-            let zb = &mut zc[..nb * dim];
             let src = &z[start * dim..(start + nb) * dim];
-            let shift = &self.shift;
-            // Widening and shifting: rows split over threads (no arithmetic is shared).
-            let per = nb.div_ceil(threads).max(1);
-            let widen = |dst: &mut [f64], src: &[T], d32: &mut [f32]| {
-                for (drow, srow) in dst.chunks_exact_mut(dim).zip(src.chunks_exact(dim)) {
-                    for ((d, &v), &m) in drow.iter_mut().zip(srow).zip(shift) {
-                        *d = v.into() - m;
-                    }
-                }
-                // s and T see the same rounded values as an f32 Gram.
-                for (a, b) in d32.iter_mut().zip(dst.iter_mut()) {
-                    *a = *b as f32;
-                    *b = f64::from(*a);
-                }
-            };
-            let z32b: &mut [f32] = if precision == Precision::F32 { &mut z32[..nb * dim] } else { &mut [] };
-            std::thread::scope(|scope| {
-                let mut d32 = z32b.chunks_mut(if precision == Precision::F32 { per * dim } else { usize::MAX });
-                for (dst, srcb) in zb.chunks_mut(per * dim).zip(src.chunks(per * dim)) {
-                    let d = d32.next().unwrap_or(&mut []);
-                    scope.spawn(move || widen(dst, srcb, d));
-                }
-            });
-            // s and T: columns split over threads, each summed over rows in row order,
-            // so the sums are the same for any thread count.
-            let zb = &zc[..nb * dim];
             let yb = &y[start * c..(start + nb) * c];
-            let cols = dim.div_ceil(threads).max(1);
+            let shift = &self.shift;
+            let f32_gram = precision == Precision::F32;
+            // Columns split over threads: each thread widens, shifts and transposes its
+            // features, then sums them into `s` and `T` over the rows in row order, so
+            // the sums are the same for any thread count.
             std::thread::scope(|scope| {
                 let t_parts: Vec<&mut [f64]> = if c > 0 { self.t.chunks_mut(cols * c).collect() } else { Vec::new() };
                 let mut t_iter = t_parts.into_iter();
-                for (k, sp) in self.s.chunks_mut(cols).enumerate() {
-                    let tp = t_iter.next();
+                let mut z32_parts = z32.chunks_mut(if f32_gram { cols * nb } else { usize::MAX });
+                for ((k, sp), zcp) in self.s.chunks_mut(cols).enumerate().zip(zc[..nb * dim].chunks_mut(cols * nb)) {
+                    let (tp, d32) = (t_iter.next(), z32_parts.next().filter(|_| f32_gram));
                     let lo = k * cols;
                     scope.spawn(move || {
                         let w = sp.len();
-                        for row in zb.chunks_exact(dim) {
-                            sp.iter_mut().zip(&row[lo..lo + w]).for_each(|(a, b)| *a += b);
-                        }
-                        if let Some(tp) = tp {
-                            for (row, yr) in zb.chunks_exact(dim).zip(yb.chunks_exact(c)) {
-                                for (i, &zi) in row[lo..lo + w].iter().enumerate() {
-                                    let t = &mut tp[i * c..(i + 1) * c];
-                                    t.iter_mut().zip(yr).for_each(|(a, &b)| *a += zi * b);
+                        // Rows in blocks of 64, so the source rows a block reads stay in cache.
+                        for r0 in (0..nb).step_by(64) {
+                            let r1 = (r0 + 64).min(nb);
+                            for jj in 0..w {
+                                let (j, m) = (lo + jj, shift[lo + jj]);
+                                let dst = &mut zcp[jj * nb + r0..jj * nb + r1];
+                                for (r, d) in (r0..r1).zip(dst.iter_mut()) {
+                                    *d = src[r * dim + j].into() - m;
                                 }
                             }
+                        }
+                        // s and T see the same rounded values as an f32 Gram.
+                        if let Some(d32) = d32 {
+                            for (a, b) in d32.iter_mut().zip(zcp.iter_mut()) {
+                                *a = *b as f32;
+                                *b = f64::from(*a);
+                            }
+                        }
+                        for (jj, sj) in sp.iter_mut().enumerate() {
+                            zcp[jj * nb..(jj + 1) * nb].iter().for_each(|v| *sj += v);
+                        }
+                        if let Some(tp) = tp {
+                            // T += Zᵀ Y over this thread's features: one GEMM.
+                            use faer::{Accum, MatMut, MatRef, Par};
+                            let zm = MatRef::from_column_major_slice(&zcp[..nb * w], nb, w);
+                            let ym = MatRef::from_row_major_slice(yb, nb, c);
+                            let tm = MatMut::from_row_major_slice_mut(tp, w, c);
+                            faer::linalg::matmul::matmul(tm, Accum::Add, zm.transpose(), ym, 1.0, Par::Seq);
                         }
                     });
                 }
@@ -210,18 +208,14 @@ impl GramStats {
             }
             let t = std::time::Instant::now();
             match precision {
-                Precision::F64 => {
-                    let view = ArrayView2::from_shape((nb, dim), zb).expect("block shape matches");
-                    self.gram.syrk(view, threads);
-                }
+                Precision::F64 => self.gram.syrk_cols(&zc[..nb * dim], nb, threads),
                 Precision::F32 => {
                     // A block whose products could overflow f32 is multiplied in f64.
                     let big = z32[..nb * dim].iter().fold(0.0f32, |m, v| m.max(v.abs()));
                     if f64::from(big).powi(2) * nb as f64 >= f64::from(f32::MAX) / 4.0 {
-                        let view = ArrayView2::from_shape((nb, dim), zb).expect("block shape matches");
-                        self.gram.syrk(view, threads);
+                        self.gram.syrk_cols(&zc[..nb * dim], nb, threads);
                     } else {
-                        self.gram.syrk_f32(&z32[..nb * dim], nb, threads);
+                        self.gram.syrk_f32_cols(&z32[..nb * dim], nb, threads);
                     }
                 }
             }
