@@ -7,16 +7,20 @@
 #   pass     train on 60,000 × 784 f32 (7,500-row row groups, 10 classes), tensor sketch
 #            p = 3 on L2-normalised rows, fixed λ, at D = 2048 / 4096 / 8192 in f64 and
 #            f32, with the pass's time split, next to a plain full GEMM ZᵀZ of the same
-#            total shape on all cores (examples/gemm_ref)
+#            total shape on all cores (examples/gemm_ref) and numpy's z.T @ z (SYRK) of the
+#            same shape on precomputed features (scripts/blas_ref.py)
 #   large    the same pass on a 1M-row file (about 3 GB), for the flat-memory check
 #   solve    statistics at D = 2048 … 16384 from the 60k file (accumulate), then every
-#            solve path on them: cholesky (fixed λ), tridiagonal (GCV, and λ by a 10,000-row
+#            solve path on them: cholesky and cholesky_f32 (fixed λ, next to scipy's
+#            cho_factor of a D × D in f64 and f32), tridiagonal (GCV, and λ by a 10,000-row
 #            validation file), eigen (dense, up to DENSE_MAX_D = 8192), and top-D/16 PCA
 #            by block Krylov (up to KRYLOV_MAX_D = 16384) vs dense
 #   huge     train at D = 65,536 (tensor sketch, f32 Gram, fixed λ) on the 60k file:
 #            the 16 GiB triangle, checkpointed and factored in place (about an hour)
 #
-# DIMS, SOLVE_DIMS and ROWS_LARGE change the sizes. Data goes to bench-data/.
+# DIMS, SOLVE_DIMS and ROWS_LARGE change the sizes. Data goes to bench-data/. The numpy
+# and scipy references run in PYTHON (default: the test venv, target/py-venv; skipped
+# when it lacks them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sections=${SECTIONS:-"hot pass large solve"}  # "huge" runs only when named
@@ -31,6 +35,15 @@ gen=./target/release/examples/gen_data
 gemm=./target/release/examples/gemm_ref
 
 has() { [[ " $sections " == *" $1 "* ]]; }
+
+py=${PYTHON:-target/py-venv/bin/python}
+reference() { # blas_ref.py arguments…: skipped without numpy/scipy
+  if "$py" -c "import numpy, scipy" 2>/dev/null; then
+    "$py" scripts/blas_ref.py "$@"
+  else
+    echo "(reference skipped: $py has no numpy/scipy; run scripts/test.sh once or set PYTHON)"
+  fi
+}
 
 pipeline() { # file dim lambda [extra lines]
   cat > "bench-data/$1" <<TOML
@@ -73,6 +86,7 @@ if has pass; then
       echo
       echo "## pass, 60,000 × 784, D = $d, $g Gram"
       $gemm 60000 "$d" "$g"
+      [ "$g" = f64 ] && reference gram 60000 "$d"
       pipeline "pass-$d.toml" rows-60000.parquet "$d" 0.01
       timed "train" $bin train "bench-data/pass-$d.toml" -o "bench-data/pass-$d.sfm" --set "run.gram=\"$g\""
     done
@@ -106,7 +120,9 @@ if has solve; then
       timed "$label" $bin solve "bench-data/solve-$d.toml" "$stats" -o "bench-data/solve-$d.sfm" "$@"
     }
     e=$((d / 16))
-    solve "cholesky, fixed λ"
+    reference factor "$d"
+    solve "cholesky, fixed λ" --set 'ridge.solver="cholesky"'
+    solve "cholesky_f32, fixed λ" --set 'ridge.solver="cholesky_f32"'
     solve "tridiagonal, GCV" --set 'ridge.lambda="gcv"'
     sed 's/^train = \(.*\)/train = \1\nvalidation = ["val-10000.parquet"]/' "bench-data/solve-$d.toml" \
       > "bench-data/val-$d.toml"

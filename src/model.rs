@@ -105,6 +105,10 @@ pub struct ModelHeader {
     /// The ridge solve path that ran (`eigen`, `cholesky`, `tridiagonal`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub solver: Option<String>,
+    /// How the mixed-precision solve's refinement ended (`cholesky_f32` only): steps,
+    /// final residual, and whether the f64 factorisation took over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refinement: Option<crate::solve::Refinement>,
     /// The error-correcting output code's rows, one per class (absent: one-vs-all).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub code: Option<Vec<Vec<i8>>>,

@@ -448,10 +448,13 @@ impl PipelineSpec {
         let direct = self.passes == 2 || (!semi && self.pca.components.is_none() && self.pca.variance.is_none());
         let refuse = |why: &str| Err(Error::config(&self.source, "ridge.solver", why.to_string()));
         match solver {
-            SolvePath::Cholesky if !direct => {
-                refuse("\"cholesky\" solves ridge on all features; PCA and unlabeled rows need \"eigen\"")
+            path if path.is_cholesky() && !direct => refuse(&format!(
+                "\"{}\" solves ridge on all features; PCA and unlabeled rows need \"eigen\"",
+                path.name()
+            )),
+            path if path.is_cholesky() && !fixed_positive => {
+                refuse(&format!("\"{}\" needs a fixed ridge.lambda > 0", path.name()))
             }
-            SolvePath::Cholesky if !fixed_positive => refuse("\"cholesky\" needs a fixed ridge.lambda > 0"),
             SolvePath::Tridiagonal if !direct => {
                 refuse("\"tridiagonal\" solves ridge on all features; PCA and unlabeled rows need \"eigen\"")
             }

@@ -16,6 +16,12 @@ use crate::solve::dual::RowStats;
 use crate::solve::{Components, LambdaChoice, SolvePath};
 use crate::stats::GramStats;
 
+mod memory;
+
+pub use memory::MemoryPlan;
+use memory::COPY_WHEN_ON_DISK_MAX;
+pub(crate) use memory::{chunk_rows_for, in_place_bytes, memory_limit, mib, solve_bytes};
+
 /// How a run is driven, beyond the pipeline file.
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {
@@ -171,89 +177,6 @@ pub enum Plan {
     Sparse(Sparse),
 }
 
-/// The memory a plan needs, as stated before the pass.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct MemoryPlan {
-    /// The statistics (or kept rows), with what selection keeps beside them.
-    pub statistics: u64,
-    /// The chunk buffers of the pass.
-    pub buffers: u64,
-    /// What the solve allocates beyond the statistics.
-    pub solve: u64,
-    /// All of it at once.
-    pub needed: u64,
-    /// The limit in force (`run.memory_limit_mib`, or the memory the machine has available).
-    pub limit: Option<u64>,
-    /// The line printed before the pass.
-    pub line: String,
-    /// What to change when it does not fit.
-    #[serde(skip)]
-    pub hint: String,
-}
-
-impl MemoryPlan {
-    /// Refuses a plan that needs more than the limit.
-    pub fn check(&self) -> Result<()> {
-        match self.limit {
-            Some(limit) if self.needed > limit => {
-                Err(Error::Memory { needed: self.needed, limit, hint: self.hint.clone() })
-            }
-            _ => Ok(()),
-        }
-    }
-}
-
-const MIB: f64 = (1u64 << 20) as f64;
-
-pub(crate) fn mib(b: u64) -> String {
-    format!("{:.1} MiB", b as f64 / MIB)
-}
-
-pub(crate) fn available_memory() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
-}
-
-/// The memory limit in force: `run.memory_limit_mib`, or what the machine has available.
-pub(crate) fn memory_limit(checked: &CheckedPipeline) -> Option<u64> {
-    match checked.spec().run.memory_limit_mib {
-        0 => available_memory(),
-        m => Some(m << 20),
-    }
-}
-
-/// Bytes a solve path allocates beyond the statistics for `D` features and `c` outputs.
-pub(crate) fn solve_bytes(path: SolvePath, dim: usize, c: usize) -> u64 {
-    match path {
-        SolvePath::Cholesky => 8 * (crate::stats::TriGram::len_for(dim) + 2 * dim * c) as u64,
-        SolvePath::Tridiagonal => crate::solve::tridiag::bytes_for(dim, c),
-        SolvePath::Eigen | SolvePath::Auto => 3 * 8 * (dim * dim) as u64,
-        // The dual's memory depends on the rows: `RowStats::solve_bytes`.
-        SolvePath::Dual => 0,
-    }
-}
-
-/// The largest Gram copy a fixed-λ solve makes when the statistics are safe on disk
-/// anyway: past it (D above about 8,000) factoring them in place saves more memory than
-/// writing them costs time (1 GiB at D = 16,384 against a pass of minutes).
-const COPY_WHEN_ON_DISK_MAX: u64 = 256 << 20;
-
-/// Rows per chunk in the pass: `run.chunk_rows`, lowered so that one chunk's features
-/// stay within 128 MiB (two are alive at once): at large D the chunk buffers would
-/// otherwise rival the Gram. A run that keeps its rows copies each chunk out: 64-row
-/// chunks keep the mapped buffers small beside the rows.
-pub(crate) fn chunk_rows_for(chunk_rows: usize, dim: usize, keeps_rows: bool) -> usize {
-    let cap = (128usize << 20) / (4 * dim.max(1));
-    let rows = chunk_rows.min(cap.max(256)).max(1);
-    if keeps_rows {
-        rows.min(64)
-    } else {
-        rows
-    }
-}
-
 /// The planner's view of one run: the pipeline, the options and the limit.
 struct Planner<'a> {
     checked: &'a CheckedPipeline,
@@ -281,8 +204,8 @@ impl Plan {
     /// worth writing to the checkpoint first.
     pub fn factors_in_place(&self) -> bool {
         match self {
-            Plan::Primal(p) => p.solve.in_place && p.solve.path == SolvePath::Cholesky,
-            Plan::TwoPass(t) => t.solve.in_place && t.solve.path == SolvePath::Cholesky,
+            Plan::Primal(p) => p.solve.in_place && p.solve.path.is_cholesky(),
+            Plan::TwoPass(t) => t.solve.in_place && t.solve.path.is_cholesky(),
             _ => false,
         }
     }
@@ -345,7 +268,8 @@ impl Planner<'_> {
                     RidgeSolve { path: SolvePath::Tridiagonal, in_place: false }
                 }
                 Learner::Ridge { solver: SolvePath::Eigen } => RidgeSolve { path: SolvePath::Eigen, in_place: false },
-                _ => self.cholesky(dim, 1),
+                Learner::Ridge { solver: SolvePath::CholeskyF32 } => self.cholesky(SolvePath::CholeskyF32, dim, 1),
+                _ => self.cholesky(SolvePath::Cholesky, dim, 1),
             };
             return Ok(Plan::KFold(KFold { k, refit }));
         }
@@ -397,24 +321,51 @@ impl Planner<'_> {
         };
         let path = match asked {
             SolvePath::Auto | SolvePath::Dual if !direct || zero => SolvePath::Eigen,
+            SolvePath::Auto | SolvePath::Dual if fixed_positive && self.f32_factor_pays(dim) => SolvePath::CholeskyF32,
             SolvePath::Auto | SolvePath::Dual if fixed_positive => SolvePath::Cholesky,
             SolvePath::Auto | SolvePath::Dual => SolvePath::Tridiagonal,
             path => path,
         };
-        Ok(if path == SolvePath::Cholesky { self.cholesky(dim, sets) } else { RidgeSolve { path, in_place: false } })
+        if !path.is_cholesky() {
+            return Ok(RidgeSolve { path, in_place: false });
+        }
+        let solve = self.cholesky(path, dim, sets);
+        // `auto` keeps the mixed solve only where its f32 factor fits beside the statistics
+        // (in place, the f64 Cholesky needs nothing more), counted as the memory line
+        // counts it (`gram_memory`).
+        let f = self.facts;
+        let chunk = chunk_rows_for(self.checked.spec().run.chunk_rows, dim, false);
+        let resident = if self.opts.from_parts { 0 } else { sets * GramStats::bytes_for(dim, f.outputs) }
+            + self.buffers(chunk, f.d, dim)
+            + f.map_bytes;
+        let fits = self.limit.is_none_or(|l| resident + in_place_bytes(path, dim, f.outputs) <= l);
+        if asked == SolvePath::Auto && solve.in_place && !fits {
+            return Ok(self.cholesky(SolvePath::Cholesky, dim, sets));
+        }
+        Ok(solve)
     }
 
-    /// A Cholesky of the statistics of `D` features, `sets` sets of them held: in place
-    /// when a copy would not fit beside them, or when they are on disk and a copy is large.
-    fn cholesky(&self, dim: usize, sets: u64) -> RidgeSolve {
+    /// `auto` factors in f32 and refines (math.md §13.11) where the run already accepted
+    /// an f32 Gram and the factorisation is a cost worth halving: measured on 60,000-row
+    /// statistics it takes 0.53× the f64 Cholesky's time at D = 16,384 (14.6 s against
+    /// 27.5 s) with weights equal to 10⁻¹¹, and 0.6× at D = 4096, where both take under
+    /// a second.
+    fn f32_factor_pays(&self, dim: usize) -> bool {
+        self.checked.spec().run.gram == crate::stats::Precision::F32 && dim >= 8192
+    }
+
+    /// A Cholesky (`path`: either precision) of the statistics of `D` features, `sets`
+    /// sets of them held: in place when a copy would not fit beside them, or when they are
+    /// on disk and a copy is large.
+    fn cholesky(&self, path: SolvePath, dim: usize, sets: u64) -> RidgeSolve {
         let c = self.facts.outputs;
-        let copy = solve_bytes(SolvePath::Cholesky, dim, c);
+        let copy = solve_bytes(path, dim, c);
         // Statistics read from parts are in memory already: what the machine has left
         // is what the copy must fit in.
         let stats = if self.opts.from_parts { 0 } else { sets * GramStats::bytes_for(dim, c) };
         let fits = self.limit.is_none_or(|l| stats + copy <= l);
         let in_place = !fits || (self.opts.stats_on_disk && copy > COPY_WHEN_ON_DISK_MAX);
-        RidgeSolve { path: SolvePath::Cholesky, in_place }
+        RidgeSolve { path, in_place }
     }
 
     /// The refit after a held-out choice: at a shared λ on all features the path `auto`
@@ -423,7 +374,11 @@ impl Planner<'_> {
     fn refit(&self, first: RidgeSolve, dim: usize) -> Option<RidgeSolve> {
         let Selection::HeldOut { refit: true, per_output } = self.checked.selection else { return None };
         let auto = matches!(self.checked.learner, Learner::Ridge { solver: SolvePath::Auto | SolvePath::Dual });
-        Some(if auto && !per_output && first.path == SolvePath::Tridiagonal { self.cholesky(dim, 2) } else { first })
+        Some(if auto && !per_output && first.path == SolvePath::Tridiagonal {
+            self.cholesky(SolvePath::Cholesky, dim, 2)
+        } else {
+            first
+        })
     }
 
     /// Dense or block Krylov for `E` of `dim` (measured here, 60k rows, D = 4096, one
@@ -481,6 +436,16 @@ impl Planner<'_> {
         .into()
     }
 
+    /// The pass's buffers: two chunks' features alive at once (one mapped while the
+    /// other is added) and the Gram's scratch; none for statistics read from parts.
+    fn buffers(&self, chunk: usize, d: usize, dim: usize) -> u64 {
+        if self.opts.from_parts {
+            0
+        } else {
+            (4 * chunk * (d * 4 + 2 * dim)) as u64 + GramStats::scratch_bytes(dim)
+        }
+    }
+
     fn gram_memory(&self, plan: &Plan) -> MemoryPlan {
         let f = self.facts;
         let (d, c) = (f.d, f.outputs);
@@ -500,11 +465,11 @@ impl Planner<'_> {
             (f.dims.iter().map(|&w| GramStats::bytes_for(w, c)).sum::<u64>() * sets, dim)
         };
         // Two chunks' features are alive at once (one mapped while the other is added).
-        let buffers = (4 * chunk * (d * 4 + 2 * dim)) as u64 + GramStats::scratch_bytes(dim);
+        let buffers = self.buffers(chunk, d, dim);
         let path = plan.path();
-        let solve = solve_bytes(path, solve_dim, c);
         // The chunk buffers are gone by the solve: the copy has to fit beside the statistics.
         let in_place = plan.factors_in_place();
+        let solve = if in_place { in_place_bytes(path, solve_dim, c) } else { solve_bytes(path, solve_dim, c) };
         // A refit keeps the validation rows' statistics beside the solve's matrices.
         let refit = matches!(checked.selection, Selection::HeldOut { refit: true, .. });
         let mut held_out = if refit { GramStats::bytes_for(solve_dim, c) } else { 0 };
@@ -515,7 +480,7 @@ impl Planner<'_> {
         }
         // Statistics read from parts are in memory already, and no pass runs.
         let resident = if self.opts.from_parts { f.map_bytes } else { stats + buffers + f.map_bytes };
-        let needed = resident + held_out + if in_place { 0 } else { solve };
+        let needed = resident + held_out + solve;
         let what = match (checked.semi, refit) {
             _ if checked.candidates.is_some() => ", one per kernel candidate",
             _ if kfold.is_some() => ", one per fold, and the k-fold solve's total, complement and fold models",
@@ -530,16 +495,20 @@ impl Planner<'_> {
             mib(stats + held_out),
             checked.passes(),
             mib(buffers),
-            mib(if in_place { 0 } else { solve }),
+            mib(solve),
             path.name(),
-            if in_place { ", in place on the statistics, which are checkpointed first" } else { "" },
+            match (in_place, path) {
+                (true, SolvePath::CholeskyF32) => ", in place: the f32 factor beside the statistics, which are checkpointed first and factored themselves by an f64 fallback",
+                (true, _) => ", in place on the statistics, which are checkpointed first",
+                (false, _) => "",
+            },
             f.labeled_rows + f.unlabeled_rows,
             f.files,
         );
         MemoryPlan {
             statistics: stats + held_out,
             buffers,
-            solve: if in_place { 0 } else { solve },
+            solve,
             needed,
             limit: self.limit,
             line,

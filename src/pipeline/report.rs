@@ -4,6 +4,7 @@
 //! writes with `--report`) and tests assert on. The [`Reporter`] records them and hands
 //! each line to the caller's sink as it happens, so a long run still shows progress.
 
+use crate::solve::Refinement;
 use serde::Serialize;
 
 use crate::pipeline::plan::{MemoryPlan, Plan};
@@ -68,6 +69,8 @@ pub struct SolveReport {
     pub in_place: bool,
     /// Wall seconds.
     pub seconds: f64,
+    /// How the mixed-precision refinement ended (`cholesky_f32`).
+    pub refinement: Option<Refinement>,
 }
 
 /// Where a resumed run started.

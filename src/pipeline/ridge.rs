@@ -93,11 +93,14 @@ pub(crate) fn direct(
     threads: usize,
     report: Option<&mut Reporter>,
 ) -> Result<(Ridge, Vec<f64>)> {
-    let in_place = solve.in_place && solve.path == SolvePath::Cholesky;
+    let in_place = solve.in_place && solve.path.is_cholesky();
     let dim = stats.dim();
     let mut report = report;
     if let (true, Some(r)) = (in_place, report.as_deref_mut()) {
-        r.say("solve: factoring in place on the statistics (they are on disk, or a copy of the Gram would not fit)");
+        r.say(match solve.path {
+            SolvePath::CholeskyF32 => "solve: an f64 fallback would factor in place on the statistics (they are on disk, or a copy of the Gram would not fit)",
+            _ => "solve: factoring in place on the statistics (they are on disk, or a copy of the Gram would not fit)",
+        });
     }
     let d = Ridge::direct(stats, solve.path, lambda, in_place, threads)?;
     if let (Some(rank), Some(r)) = (d.rank, report) {
@@ -118,14 +121,14 @@ pub(crate) fn primal(
     let (mut solve, pca_plan) = solve;
     enough_rows(labeled.n)?;
     // λ = 0 (a grid of a zero spectrum) is the pseudo-inverse: the Cholesky cannot take it.
-    if solve.path == SolvePath::Cholesky && !matches!(lambda, LambdaChoice::Fixed(l) if l > 0.0) {
+    if solve.path.is_cholesky() && !matches!(lambda, LambdaChoice::Fixed(l) if l > 0.0) {
         solve = RidgeSolve { path: SolvePath::Eigen, in_place: false };
     }
     let shift = labeled.shift.clone();
     if solve.path != SolvePath::Eigen {
         let cl = labeled.moments();
         let (ridge, eigenvalues) = direct(labeled, solve, lambda, ctx.threads, Some(ctx.report))?;
-        let in_place = solve.in_place && solve.path == SolvePath::Cholesky;
+        let in_place = solve.in_place && solve.path.is_cholesky();
         return Ok(Solved { shift, in_place, ..Solved::on_all_features(ridge, solve.path, cl, eigenvalues) });
     }
     let use_pca = pca_plan.is_some();
@@ -238,7 +241,24 @@ pub(crate) fn settle(
     let (weights, bias) = fold_back(&solved, wp, bp, dim);
     let seconds = start.elapsed().as_secs_f64();
     ctx.report.say(format!("solve: {seconds:.1} s ({} path)", solved.path.name()));
-    ctx.report.report.solve = Some(SolveReport { path: solved.path.name().into(), in_place: solved.in_place, seconds });
+    let refinement = solved.ridge.refinement();
+    match refinement {
+        Some(r) if r.fell_back => ctx.report.say(format!(
+            "note: the f32 factor could not be refined at this λ ({}; C + λI is too ill-conditioned for f32, κ·2⁻²⁴ near 1 or above); the f64 Cholesky solved instead",
+            match r.residual {
+                Some(res) => format!("the residual stalled at {res:.1e} after {} step(s)", r.steps),
+                None => "the f32 factor failed".into(),
+            }
+        )),
+        Some(r) => ctx.report.say(format!(
+            "solve: the f32 factor refined in {} step(s) to a residual of {:.1e}",
+            r.steps,
+            r.residual.unwrap_or(f64::NAN)
+        )),
+        None => {}
+    }
+    ctx.report.report.solve =
+        Some(SolveReport { path: solved.path.name().into(), in_place: solved.in_place, seconds, refinement });
     Ok(Solution {
         weights,
         bias,
@@ -254,6 +274,7 @@ pub(crate) fn settle(
             unlabeled_rows: solved.unlabeled_rows,
             validation: table,
             solver: solved.path.name().into(),
+            refinement,
             sparse: None,
             candidates: None,
         },
@@ -267,8 +288,8 @@ pub(crate) fn settle(
 pub(crate) fn refit_lambda(solve: RidgeSolve, lambdas: &[f64]) -> (RidgeSolve, LambdaChoice) {
     let shared = lambdas.windows(2).all(|w| w[0] == w[1]) && lambdas.first().is_some_and(|&l| l > 0.0);
     match (solve.path, shared) {
-        (SolvePath::Cholesky, true) => (solve, LambdaChoice::Fixed(lambdas[0])),
-        (SolvePath::Cholesky, false) => {
+        (path, true) if path.is_cholesky() => (solve, LambdaChoice::Fixed(lambdas[0])),
+        (path, false) if path.is_cholesky() => {
             (RidgeSolve { path: SolvePath::Tridiagonal, in_place: false }, LambdaChoice::Gcv { per_output: true })
         }
         _ => (solve, LambdaChoice::Gcv { per_output: !shared }),

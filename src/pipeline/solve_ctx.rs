@@ -8,6 +8,7 @@ use crate::pipeline::check::CheckedPipeline;
 use crate::pipeline::prepare::{FittedMap, Labels};
 use crate::pipeline::report::Reporter;
 use crate::solve::GcvCurve;
+use crate::solve::Refinement;
 use crate::source::Dataset;
 
 /// What a solve works with.
@@ -54,6 +55,8 @@ pub(crate) struct Settled {
     pub validation: Option<ValidationTable>,
     /// The solve path or learner.
     pub solver: String,
+    /// How the mixed-precision refinement ended (`cholesky_f32`).
+    pub refinement: Option<Refinement>,
     /// The sparse learner's path.
     pub sparse: Option<SparseTable>,
     /// The candidates' scores.

@@ -368,7 +368,7 @@ fn finish(settled: Settle<'_>, sv: &SparseSettings, ctx: &mut SolveCtx<'_>) -> R
     let seconds = start.elapsed().as_secs_f64();
     ctx.report.say(format!("solve: {seconds:.1} s ({} {})", table.kind, table.basis));
     let solver = format!("{} ({} basis)", table.kind, table.basis);
-    ctx.report.report.solve = Some(SolveReport { path: solver.clone(), in_place: false, seconds });
+    ctx.report.report.solve = Some(SolveReport { path: solver.clone(), in_place: false, seconds, refinement: None });
     let components = basis.rotated.as_ref().map_or(dim, |p| p.k);
     Ok(Solution {
         weights,
@@ -385,6 +385,7 @@ fn finish(settled: Settle<'_>, sv: &SparseSettings, ctx: &mut SolveCtx<'_>) -> R
             unlabeled_rows: basis.unlabeled_rows,
             validation: None,
             solver,
+            refinement: None,
             sparse: Some(table),
             candidates: None,
         },

@@ -120,7 +120,8 @@ pub struct RidgeSpec {
     /// Validation metric: `"accuracy"` (classification default) or `"rmse"`.
     #[serde(default)]
     pub metric: Option<Metric>,
-    /// Solve path: `"auto"` (default), `"eigen"`, `"cholesky"` or `"tridiagonal"`.
+    /// Solve path: `"auto"` (default), `"eigen"`, `"cholesky"`, `"cholesky_f32"`,
+    /// `"tridiagonal"` or `"dual"`.
     #[serde(default)]
     pub solver: SolvePath,
     /// With `data.validation`: after λ is chosen on the validation rows, solve again at

@@ -26,24 +26,85 @@ fn pos(i: usize, j: usize) -> usize {
     i * (i + 1) / 2 + j
 }
 
+/// The scalar types the tiled factorisation runs in: f64, and f32 for the
+/// mixed-precision solve (`mixed.rs`).
+pub trait Scalar:
+    faer::traits::ComplexField
+    + Copy
+    + Send
+    + Sync
+    + PartialOrd
+    + std::ops::Add<Output = Self>
+    + std::ops::Sub<Output = Self>
+    + std::ops::Mul<Output = Self>
+    + std::ops::Div<Output = Self>
+    + std::iter::Sum
+    + 'static
+{
+    /// The value of `v` in this type.
+    fn of(v: f64) -> Self;
+    /// The square root.
+    fn root(self) -> Self;
+    /// Neither NaN nor infinite.
+    fn finite(self) -> bool;
+    /// 1.
+    fn one() -> Self {
+        Self::of(1.0)
+    }
+}
+
+impl Scalar for f64 {
+    fn of(v: f64) -> Self {
+        v
+    }
+    fn root(self) -> Self {
+        self.sqrt()
+    }
+    fn finite(self) -> bool {
+        self.is_finite()
+    }
+}
+
+impl Scalar for f32 {
+    fn of(v: f64) -> Self {
+        v as f32
+    }
+    fn root(self) -> Self {
+        self.sqrt()
+    }
+    fn finite(self) -> bool {
+        self.is_finite()
+    }
+}
+
 /// Factors `a` in place into its lower Cholesky factor (tile storage unchanged; the
 /// strict upper part of each diagonal tile is left as it was and never read). Fails with
 /// the index of the first pivot that is not positive.
 pub fn factor_in_place(a: &mut TriGram, min_pivot: f64, threads: usize) -> std::result::Result<(), usize> {
     let dim = a.dim();
+    factor_tiles(a.tiles_mut().into_iter().map(|(_, _, t)| t).collect(), dim, min_pivot, threads)
+}
+
+/// [`factor_in_place`] on the tiles of a lower triangle of side `dim` in any scalar type.
+pub(crate) fn factor_tiles<T: Scalar>(
+    mut tiles: Vec<&mut [T]>,
+    dim: usize,
+    min_pivot: f64,
+    threads: usize,
+) -> std::result::Result<(), usize> {
     let nt = dim.div_ceil(TILE);
     let index = tile_index(nt);
-    let mut tiles: Vec<&mut [f64]> = a.tiles_mut().into_iter().map(|(_, _, t)| t).collect();
     let threads = threads.max(1);
+    let minus_one = T::of(-1.0);
     for k in 0..nt {
         let hk = tile_len(dim, k);
-        factor_tile(&mut tiles[pos(k, k)][..], hk, min_pivot).map_err(|p| k * TILE + p)?;
+        factor_tile(&mut tiles[pos(k, k)][..], hk, T::of(min_pivot)).map_err(|p| k * TILE + p)?;
         // Disjoint borrows of the storage: the factored diagonal tile (shared) and the
         // panel below it (each tile mutable, so every solve can run on its own thread).
         {
             let (head, tail) = tiles.split_at_mut(pos(k, k) + 1);
             let diag = MatRef::from_row_major_slice(&*head[pos(k, k)], hk, hk);
-            let panel: Vec<(usize, &mut [f64])> = index[pos(k, k) + 1..]
+            let panel: Vec<(usize, &mut [T])> = index[pos(k, k) + 1..]
                 .iter()
                 .zip(tail.iter_mut())
                 .filter(|((_, j), _)| *j == k)
@@ -56,8 +117,8 @@ pub fn factor_in_place(a: &mut TriGram, min_pivot: f64, threads: usize) -> std::
             });
         }
         // The panel (shared) and the trailing triangle (each tile mutable).
-        let mut panel: Vec<&[f64]> = vec![&[]; nt];
-        let mut rest: Vec<(usize, usize, &mut [f64])> = Vec::new();
+        let mut panel: Vec<&[T]> = vec![&[]; nt];
+        let mut rest: Vec<(usize, usize, &mut [T])> = Vec::new();
         for (&(i, j), t) in index.iter().zip(tiles.iter_mut()) {
             if j == k && i > k {
                 panel[i] = &**t;
@@ -68,7 +129,7 @@ pub fn factor_in_place(a: &mut TriGram, min_pivot: f64, threads: usize) -> std::
         let lk = |i: usize| MatRef::from_row_major_slice(panel[i], tile_len(dim, i), hk);
         parallel(rest, threads, |(i, j, t)| {
             let c = MatMut::from_row_major_slice_mut(t, tile_len(dim, i), tile_len(dim, j));
-            matmul(c, Accum::Add, lk(i), lk(j).transpose(), -1.0, Par::Seq);
+            matmul(c, Accum::Add, lk(i), lk(j).transpose(), minus_one, Par::Seq);
         });
     }
     Ok(())
@@ -77,20 +138,20 @@ pub fn factor_in_place(a: &mut TriGram, min_pivot: f64, threads: usize) -> std::
 /// Cholesky of one row-major `n × n` diagonal tile in place (lower part), or the first
 /// pivot below `min_pivot`. In exact arithmetic every pivot of `C + λI` is at least λ, so
 /// a pivot below λ/2 means rounding has swamped the regularisation.
-fn factor_tile(a: &mut [f64], n: usize, min_pivot: f64) -> std::result::Result<(), usize> {
+fn factor_tile<T: Scalar>(a: &mut [T], n: usize, min_pivot: T) -> std::result::Result<(), usize> {
     for j in 0..n {
         let rj = &mut a[j * n..(j + 1) * n];
-        let d = rj[j] - rj[..j].iter().map(|v| v * v).sum::<f64>();
-        if d <= min_pivot || !d.is_finite() {
+        let d = rj[j] - rj[..j].iter().map(|&v| v * v).sum::<T>();
+        if d <= min_pivot || !d.finite() {
             return Err(j);
         }
-        let d = d.sqrt();
+        let d = d.root();
         rj[j] = d;
         for i in j + 1..n {
             let (upper, lower) = a.split_at_mut(i * n);
             let rj = &upper[j * n..j * n + j];
             let ri = &mut lower[..n];
-            let s = ri[j] - ri[..j].iter().zip(rj).map(|(x, y)| x * y).sum::<f64>();
+            let s = ri[j] - ri[..j].iter().zip(rj).map(|(&x, &y)| x * y).sum::<T>();
             ri[j] = s / d;
         }
     }
@@ -99,17 +160,22 @@ fn factor_tile(a: &mut [f64], n: usize, min_pivot: f64) -> std::result::Result<(
 
 /// Solves `LLᵀ X = B` in place for the factor `l` and a column-major `D × c` right side.
 pub fn solve_in_place(l: &TriGram, b: &mut Mat<f64>) {
-    let dim = l.dim();
-    let nt = dim.div_ceil(TILE);
     let tiles: Vec<&[f64]> = l.tiles().into_iter().map(|(_, _, t)| t).collect();
+    solve_tiles(&tiles, l.dim(), b);
+}
+
+/// [`solve_in_place`] for a factor given as its tiles, in any scalar type.
+pub(crate) fn solve_tiles<T: Scalar>(tiles: &[&[T]], dim: usize, b: &mut Mat<T>) {
+    let nt = dim.div_ceil(TILE);
     let tile = |i: usize, j: usize| MatRef::from_row_major_slice(tiles[pos(i, j)], tile_len(dim, i), tile_len(dim, j));
     let start = |i: usize| i * TILE;
+    let minus_one = T::of(-1.0);
     for i in 0..nt {
         let hi = tile_len(dim, i);
         for j in 0..i {
             let (top, mut bottom) = b.as_mut().split_at_row_mut(start(i));
             let yj = top.rb().subrows(start(j), tile_len(dim, j));
-            matmul(bottom.rb_mut().subrows_mut(0, hi), Accum::Add, tile(i, j), yj, -1.0, Par::Seq);
+            matmul(bottom.rb_mut().subrows_mut(0, hi), Accum::Add, tile(i, j), yj, minus_one, Par::Seq);
         }
         solve_lower_triangular_in_place(tile(i, i), b.as_mut().subrows_mut(start(i), hi), Par::Seq);
     }
@@ -118,7 +184,7 @@ pub fn solve_in_place(l: &TriGram, b: &mut Mat<f64>) {
         for j in i + 1..nt {
             let (mut top, bottom) = b.as_mut().split_at_row_mut(start(j));
             let xj = bottom.rb().subrows(0, tile_len(dim, j));
-            matmul(top.rb_mut().subrows_mut(start(i), hi), Accum::Add, tile(j, i).transpose(), xj, -1.0, Par::Seq);
+            matmul(top.rb_mut().subrows_mut(start(i), hi), Accum::Add, tile(j, i).transpose(), xj, minus_one, Par::Seq);
         }
         solve_upper_triangular_in_place(tile(i, i).transpose(), b.as_mut().subrows_mut(start(i), hi), Par::Seq);
     }
@@ -129,30 +195,48 @@ pub fn solve_in_place(l: &TriGram, b: &mut Mat<f64>) {
 /// Gram to factor in place, or a copy to keep them). Returns `W` (row-major `D × c`) and
 /// `b`, folded as `f(z) = Wᵀz + b`.
 pub fn ridge_fixed(stats: &GramStats, mut work: TriGram, lambda: f64, threads: usize) -> Result<(Vec<f64>, Vec<f64>)> {
-    let (dim, c) = (stats.dim(), stats.c);
     let n = stats.n as f64;
     if n > 0.0 {
         // C = G − s sᵀ / n.
         work.add_sym_rank2(&stats.s, &stats.s, -0.5 / n);
     }
     work.add_diagonal(lambda);
-    factor_in_place(&mut work, 0.5 * lambda, threads).map_err(|pivot| Error::NotPositiveDefinite {
+    factor_in_place(&mut work, 0.5 * lambda, threads).map_err(|pivot| not_positive_definite(lambda, pivot))?;
+    let mut rhs = centred_rhs(stats);
+    solve_in_place(&work, &mut rhs);
+    Ok(folded(stats, &rhs))
+}
+
+/// The refusal of a factorisation that met pivot `pivot` at or below its floor.
+pub(crate) fn not_positive_definite(lambda: f64, pivot: usize) -> Error {
+    Error::NotPositiveDefinite {
         lambda,
         pivot,
         hint: "raise ridge.lambda (or use lambda = \"gcv\"); features that are constant or exact copies of each other make C singular"
             .into(),
-    })?;
-    let inv = if n > 0.0 { 1.0 / n } else { 0.0 };
-    let mut rhs = Mat::<f64>::from_fn(dim, c, |i, k| stats.t[i * c + k] - stats.s[i] * stats.u[k] * inv);
-    solve_in_place(&work, &mut rhs);
-    let weights: Vec<f64> = (0..dim).flat_map(|i| (0..c).map(move |k| (i, k))).map(|(i, k)| rhs[(i, k)]).collect();
+    }
+}
+
+/// `B = C_zy = T − s uᵀ / n`, `D × c`.
+pub(crate) fn centred_rhs(stats: &GramStats) -> Mat<f64> {
+    let c = stats.c;
+    let inv = if stats.n > 0 { 1.0 / stats.n as f64 } else { 0.0 };
+    Mat::<f64>::from_fn(stats.dim(), c, |i, k| stats.t[i * c + k] - stats.s[i] * stats.u[k] * inv)
+}
+
+/// `(W, b)` of the centred solution `w`: `W` row-major `D × c`, `b = ȳ − Wᵀ z̄` with `z̄`
+/// the unshifted feature means.
+pub(crate) fn folded(stats: &GramStats, w: &Mat<f64>) -> (Vec<f64>, Vec<f64>) {
+    let (dim, c) = (stats.dim(), stats.c);
+    let inv = if stats.n > 0 { 1.0 / stats.n as f64 } else { 0.0 };
+    let weights: Vec<f64> = (0..dim).flat_map(|i| (0..c).map(move |k| (i, k))).map(|(i, k)| w[(i, k)]).collect();
     let bias = (0..c)
         .map(|k| {
             let ymean = stats.u[k] * inv;
             ymean - (0..dim).map(|i| weights[i * c + k] * (stats.shift[i] + stats.s[i] * inv)).sum::<f64>()
         })
         .collect();
-    Ok((weights, bias))
+    (weights, bias)
 }
 
 #[cfg(test)]
@@ -162,6 +246,11 @@ pub(crate) mod tests {
 
     /// Statistics of correlated rows with a spectral spread, shifted away from 0.
     pub(crate) fn stats(rows: usize, dim: usize, c: usize, seed: u64) -> GramStats {
+        stats_with_noise(rows, dim, c, seed, 0.1)
+    }
+
+    /// The same with the features' independent noise (the spectrum's floor) at `noise`.
+    pub(crate) fn stats_with_noise(rows: usize, dim: usize, c: usize, seed: u64, noise: f64) -> GramStats {
         let mut r = crate::rng::StageRng::new(seed, 1);
         let mix: Vec<f64> = (0..dim * 8).map(|_| r.uniform() - 0.5).collect();
         let mut z = Vec::with_capacity(rows * dim);
@@ -170,7 +259,7 @@ pub(crate) mod tests {
             let f: Vec<f64> = (0..8).map(|_| r.uniform() - 0.5).collect();
             for i in 0..dim {
                 let low: f64 = (0..8).map(|k| mix[i * 8 + k] * f[k]).sum();
-                z.push((3.0 + low + 0.1 * (r.uniform() - 0.5)) as f32);
+                z.push((3.0 + low + noise * (r.uniform() - 0.5)) as f32);
             }
             for k in 0..c {
                 y.push(f[k % 8] + 0.05 * (r.uniform() - 0.5));

@@ -1,11 +1,12 @@
 //! Solvers on statistics alone (math.md §13): they read no data and know no pipeline
 //! type. Layered one way: `band` → `tridiag`; `krylov` → `eigen` → `rotated` →
-//! `tridiag` / `cholesky` → `dual` → `ridge`; `cd` (coordinate descent for the LASSO
+//! `tridiag` / `cholesky` → `mixed` → `dual` → `ridge`; `cd` (coordinate descent for the LASSO
 //! family) stands alone.
 //!
 //! | file | owns |
 //! |---|---|
-//! | `cholesky` | the tiled Cholesky of `C + λI`, in place, and its triangular solves |
+//! | `cholesky` | the tiled Cholesky of `C + λI`, in place, and its triangular solves (f32 or f64) |
+//! | `mixed` | ridge at a fixed λ by an f32 factor refined against the f64 statistics |
 //! | `band` | the two-stage reduction to band and on to tridiagonal form |
 //! | `tridiag` | ridge at every λ of the grid from the tridiagonal form (GCV, validation) |
 //! | `krylov` | the top `E` eigenpairs by block Krylov |
@@ -21,10 +22,12 @@ pub mod cholesky;
 pub mod dual;
 pub mod eigen;
 pub mod krylov;
+pub mod mixed;
 pub mod ridge;
 pub mod rotated;
 pub mod tridiag;
 
 pub use eigen::{eigh_desc, Components, Pca};
+pub use mixed::Refinement;
 pub use ridge::{Direct, Ridge, SolvePath};
 pub use rotated::{bias_for, lambda_grid, GcvCurve, LambdaChoice, RidgeFit, RotatedProblem};

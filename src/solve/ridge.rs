@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::mixed::Refinement;
 use super::rotated::{bias_for, GcvCurve, LambdaChoice, RotatedProblem};
 use crate::error::{Error, Result};
 use crate::stats::{Centered, GramStats, TriGram};
@@ -21,6 +22,10 @@ pub enum SolvePath {
     Eigen,
     /// One tiled Cholesky of `C + λI` at a fixed λ > 0.
     Cholesky,
+    /// The same at the f32 rate: an f32 factor refined against the f64 statistics
+    /// (math.md §13.11), the f64 factor where refinement does not converge.
+    #[serde(rename = "cholesky_f32")]
+    CholeskyF32,
     /// Tridiagonal reduction with rotated right-hand sides (GCV, validation).
     Tridiagonal,
     /// The rows kept instead of the Gram and ridge solved on the `n × n` kernel matrix
@@ -35,9 +40,16 @@ impl SolvePath {
             SolvePath::Auto => "auto",
             SolvePath::Eigen => "eigen",
             SolvePath::Cholesky => "cholesky",
+            SolvePath::CholeskyF32 => "cholesky_f32",
             SolvePath::Tridiagonal => "tridiagonal",
             SolvePath::Dual => "dual",
         }
+    }
+
+    /// A factorisation of `C + λI` at one fixed λ > 0 (either precision): the same rules
+    /// hold for both, and both may consume the statistics' own Gram.
+    pub fn is_cholesky(self) -> bool {
+        matches!(self, SolvePath::Cholesky | SolvePath::CholeskyF32)
     }
 }
 
@@ -61,6 +73,8 @@ pub enum Ridge {
         weights: Vec<f64>,
         /// `b`.
         bias: Vec<f64>,
+        /// How the mixed-precision refinement ended (`cholesky_f32` only).
+        refinement: Option<Refinement>,
     },
 }
 
@@ -93,7 +107,16 @@ impl Ridge {
                 let work =
                     if in_place { std::mem::replace(&mut stats.gram, TriGram::zeros(0)) } else { stats.gram.clone() };
                 let (weights, bias) = super::cholesky::ridge_fixed(stats, work, lambda, threads)?;
-                Ok(Direct { ridge: Ridge::Solved { weights, bias }, eigenvalues: Vec::new(), rank: None })
+                Ok(Direct {
+                    ridge: Ridge::Solved { weights, bias, refinement: None },
+                    eigenvalues: Vec::new(),
+                    rank: None,
+                })
+            }
+            (SolvePath::CholeskyF32, LambdaChoice::Fixed(lambda)) if lambda > 0.0 => {
+                let (weights, bias, refinement) = super::mixed::ridge_refined(stats, in_place, lambda, threads)?;
+                let ridge = Ridge::Solved { weights, bias, refinement: Some(refinement) };
+                Ok(Direct { ridge, eigenvalues: Vec::new(), rank: None })
             }
             (SolvePath::Tridiagonal, _) => {
                 let form = super::tridiag::Tridiagonal::new(stats, threads)?;
@@ -106,7 +129,9 @@ impl Ridge {
                 let rank = (rank < eigenvalues.len()).then_some(rank);
                 Ok(Direct { ridge: Ridge::Tridiagonal { form: Box::new(form), problem }, eigenvalues, rank })
             }
-            (SolvePath::Cholesky, _) => Err(Error::bug("the Cholesky path is planned only for a fixed λ > 0")),
+            (SolvePath::Cholesky | SolvePath::CholeskyF32, _) => {
+                Err(Error::bug("the Cholesky path is planned only for a fixed λ > 0"))
+            }
             _ => Err(Error::bug("only Cholesky and tridiagonal solve on all features directly")),
         }
     }
@@ -117,6 +142,14 @@ impl Ridge {
             Ridge::Eigen(p) | Ridge::Tridiagonal { problem: p, .. } => p.c,
             Ridge::Dual(d) => d.problem.c,
             Ridge::Solved { bias, .. } => bias.len(),
+        }
+    }
+
+    /// How the mixed-precision refinement ended, when that path solved.
+    pub fn refinement(&self) -> Option<Refinement> {
+        match self {
+            Ridge::Solved { refinement, .. } => *refinement,
+            _ => None,
         }
     }
 
@@ -160,7 +193,7 @@ impl Ridge {
                 })
                 .collect(),
             Ridge::Dual(d) => d.weights(sets, labeled),
-            Ridge::Solved { weights, bias } => sets.iter().map(|_| (weights.clone(), bias.clone())).collect(),
+            Ridge::Solved { weights, bias, .. } => sets.iter().map(|_| (weights.clone(), bias.clone())).collect(),
         }
     }
 }

@@ -9,7 +9,7 @@ mod file;
 mod tri;
 
 pub use file::{checksum, stats_from_bytes, stats_from_file, stats_to_bytes, stats_to_file, STATS_VERSION};
-pub(crate) use tri::{parallel, tile_len, tile_range};
+pub(crate) use tri::{parallel, split_tiles, tile_len, tile_range};
 pub use tri::{TriGram, TILE};
 
 /// Rows widened to f64 at a time: bounds the f64 copy of a chunk to `ROW_BLOCK × D`.

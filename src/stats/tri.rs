@@ -54,19 +54,7 @@ impl TriGram {
 
     /// Mutable tiles `(I, J, block)` in storage order.
     pub(crate) fn tiles_mut(&mut self) -> Vec<(usize, usize, &mut [f64])> {
-        let dim = self.dim;
-        let nt = dim.div_ceil(TILE);
-        let mut out = Vec::with_capacity(nt * (nt + 1) / 2);
-        let mut rest: &mut [f64] = &mut self.data;
-        for i in 0..nt {
-            for j in 0..=i {
-                let len = tile_len(dim, i) * tile_len(dim, j);
-                let (head, tail) = rest.split_at_mut(len);
-                out.push((i, j, head));
-                rest = tail;
-            }
-        }
-        out
+        split_tiles(&mut self.data, self.dim)
     }
 
     /// Tiles `(I, J, block)` in storage order.
@@ -269,6 +257,24 @@ pub(crate) fn parallel<T: Send>(items: Vec<T>, threads: usize, f: impl Fn(T) + S
             scope.spawn(move || g.into_iter().for_each(f));
         }
     });
+}
+
+/// The tiles `(I, J, block)` of a lower triangle of side `dim` stored tile by tile in
+/// `data` (the layout of [`TriGram`], in any scalar type: the mixed-precision solve keeps
+/// an f32 copy the same way).
+pub(crate) fn split_tiles<T>(data: &mut [T], dim: usize) -> Vec<(usize, usize, &mut [T])> {
+    let nt = dim.div_ceil(TILE);
+    let mut out = Vec::with_capacity(nt * (nt + 1) / 2);
+    let mut rest: &mut [T] = data;
+    for i in 0..nt {
+        for j in 0..=i {
+            let len = tile_len(dim, i) * tile_len(dim, j);
+            let (head, tail) = rest.split_at_mut(len);
+            out.push((i, j, head));
+            rest = tail;
+        }
+    }
+    out
 }
 
 pub(crate) fn tile_len(dim: usize, i: usize) -> usize {

@@ -6,6 +6,7 @@
 use crate::bad_input::{good_columns, pipeline};
 use crate::common::*;
 use crate::learners_verified::{four_columns, ok, refused};
+use sketchfit::Model;
 
 #[test]
 fn the_memory_statement_covers_the_solve_path_and_a_fixed_lambda_factors_in_place() {
@@ -156,4 +157,53 @@ fn an_in_range_dim_whose_gram_would_not_fit_never_allocates_it() {
         "run.memory_limit_mib=64",
     ]);
     refused(&out, &["not enough memory"]);
+}
+
+#[test]
+fn the_mixed_precision_solve_gives_the_f64_model_and_falls_back_saying_so() {
+    let dir = TempDir::new("mixed");
+    // 2,000 rows of D = 1024: primal statistics (the dual takes at most D/2 rows).
+    write_parquet(&dir.path("t.parquet"), crate::api::rings(2000, 8), 500);
+    let text = |lambda: f64, solver: &str| {
+        format!("task = \"classification\"\n[data]\ntrain = [\"t.parquet\"]\nfeatures = [\"a\", \"b\", \"c\", \"d\"]\nlabel = \"label\"\n[[stages]]\nkind = \"rff\"\ndim = 1024\nsigma = 1.5\n[ridge]\nlambda = {lambda:e}\nsolver = \"{solver}\"\n[run]\nseed = 5\nthreads = 2\ngram = \"f32\"\n")
+    };
+    let train = |name: &str, lambda: f64, solver: &str| {
+        let p = dir.path(&format!("{name}.toml"));
+        std::fs::write(&p, text(lambda, solver)).unwrap();
+        let (model, json) = (dir.path(&format!("{name}.sfm")), dir.path(&format!("{name}.json")));
+        let out = sketchfit(&[
+            "train",
+            p.to_str().unwrap(),
+            "-o",
+            model.to_str().unwrap(),
+            "--report",
+            json.to_str().unwrap(),
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        (Model::load(&model).unwrap(), report(&json), stderr(&out))
+    };
+    // A well-conditioned λ: refined to the tolerance; the model is the f64 Cholesky's.
+    let (f64m, _, _) = train("f64", 1.0, "cholesky");
+    let (mixed, r, err) = train("mixed", 1.0, "cholesky_f32");
+    assert_eq!(r["plan"]["solve"]["path"], "cholesky_f32", "{r}");
+    let refinement = &r["solve"]["refinement"];
+    assert_eq!(refinement["fell_back"], false, "{r}");
+    assert!(refinement["steps"].as_u64().unwrap() >= 1, "{r}");
+    assert!(refinement["residual"].as_f64().unwrap() <= 1e-12, "{r}");
+    assert!(err.contains("refined in"), "{err}");
+    let header = mixed.header.refinement.expect("the header records the refinement");
+    assert_eq!(serde_json::to_value(header).unwrap(), *refinement);
+    assert_eq!(mixed.header.solver.as_deref(), Some("cholesky_f32"));
+    assert!(rel(&mixed.weights, &f64m.weights) < 1e-9, "{:e}", rel(&mixed.weights, &f64m.weights));
+    assert!(rel(&mixed.bias, &f64m.bias) < 1e-9);
+    assert_eq!(f64m.header.refinement, None);
+    // λ = 10⁻⁵, near the f64 factor's own floor (10⁻⁶ is refused): κ·2⁻²⁴ ≫ 1, so the
+    // f64 factor solves, the run and the model say so, and it is the f64 model exactly.
+    let (f64m, _, _) = train("f64-small", 1e-5, "cholesky");
+    let (fell, r, err) = train("fell", 1e-5, "cholesky_f32");
+    assert_eq!(r["solve"]["refinement"]["fell_back"], true, "{r}");
+    assert!(err.contains("the f64 Cholesky solved instead"), "{err}");
+    assert!(fell.header.refinement.is_some_and(|r| r.fell_back));
+    assert_eq!(fell.weights, f64m.weights);
+    assert_eq!(fell.bias, f64m.bias);
 }

@@ -119,7 +119,7 @@ fn random_pipeline(r: &mut sketchfit::rng::StageRng, valid: bool) -> String {
         _ => String::new(),
     };
     let lambda = pick(r, &["\"gcv\"", "\"gcv\"", "0.1", "0.1", "0", "-1", "1e-300"]);
-    let solver = pick(r, &["auto", "auto", "auto", "auto", "cholesky", "tridiagonal", "eigen", "dual"]);
+    let solver = pick(r, &["auto", "auto", "auto", "auto", "cholesky", "cholesky_f32", "tridiagonal", "eigen", "dual"]);
     let gram = pick(r, &["f64", "f32"]);
     // Output codes, held-out λ with or without the refit (the training file serves as
     // its own validation file: the point is the code path, not the score).

@@ -62,7 +62,7 @@ impl Accumulation for KeptRows {
             n = dual.labeled.n
         ));
         let (ridge, eigenvalues) = match dual.kernel {
-            DualKernel::Solved { weights, bias } => (Ridge::Solved { weights, bias }, Vec::new()),
+            DualKernel::Solved { weights, bias } => (Ridge::Solved { weights, bias, refinement: None }, Vec::new()),
             DualKernel::Gcv { form, problem } => {
                 let ev = problem.sigma.clone();
                 (Ridge::Dual(Box::new(DualRidge { rows, form, problem, threads: ctx.threads })), ev)

@@ -2,6 +2,7 @@
 //! make (naming its key), and every decision `auto` takes (path, in place, dual, PCA
 //! method, refit).
 
+use super::memory::available_memory;
 use super::*;
 use crate::pipeline::report::Reporter;
 use crate::pipeline::spec::PipelineSpec;
@@ -91,6 +92,8 @@ fn every_rule_the_file_alone_decides_refuses_naming_its_key() {
         ),
         ("[pca]\ncomponents = 4\n[ridge]\nlambda = 1.0\nsolver = \"cholesky\"", "ridge.solver", "PCA"),
         ("[ridge]\nsolver = \"cholesky\"", "ridge.solver", "fixed ridge.lambda > 0"),
+        ("[pca]\ncomponents = 4\n[ridge]\nlambda = 1.0\nsolver = \"cholesky_f32\"", "ridge.solver", "PCA"),
+        ("[ridge]\nlambda = 0.0\nsolver = \"cholesky_f32\"", "ridge.solver", "\"cholesky_f32\" needs a fixed"),
         ("[pca]\ncomponents = 4\n[ridge]\nsolver = \"tridiagonal\"", "ridge.solver", "PCA"),
         ("[ridge]\nlambda = 0.0\nsolver = \"tridiagonal\"", "ridge.solver", "pseudo-inverse"),
         ("[pca]\ncomponents = 4\n[ridge]\nsolver = \"dual\"", "ridge.solver", "at most D/2"),
@@ -237,6 +240,33 @@ fn a_fixed_lambda_factors_in_place_where_a_copy_does_not_fit_or_the_statistics_a
     assert!(!in_place("", 4096, &disk));
     assert!(in_place("", 16384, &disk));
     assert!(!in_place("", 16384, &plain) || available_memory().is_some_and(|m| m < 3 << 30));
+}
+
+#[test]
+fn the_mixed_precision_factor_is_asked_for_or_taken_where_the_gram_is_f32_and_large() {
+    let plain = RunOptions::default();
+    let fixed = "[ridge]\nlambda = 0.1\n";
+    let path = |extra: &str, dim: usize| plan(&format!("{fixed}{extra}"), &facts(100_000, dim), &plain).unwrap().path();
+    assert_eq!(path("solver = \"cholesky_f32\"", 256), SolvePath::CholeskyF32);
+    assert_eq!(path("[run]\ngram = \"f32\"", 8192), SolvePath::CholeskyF32);
+    assert_eq!(path("[run]\ngram = \"f32\"", 4096), SolvePath::Cholesky, "small D: both factor in under a second");
+    assert_eq!(path("", 8192), SolvePath::Cholesky, "an f64 Gram keeps the f64 factor");
+    // D = 8192: statistics of 256 MiB, a copy as much, the f32 factor half that. At
+    // 400 MiB only the f64 factor in place fits: auto takes it, a named path is refused.
+    let tight = "[run]\ngram = \"f32\"\nmemory_limit_mib = 400\nchunk_rows = 64";
+    assert_eq!(path(tight, 8192), SolvePath::Cholesky);
+    let named = plan(&format!("{fixed}solver = \"cholesky_f32\"\n{tight}"), &facts(100_000, 8192), &plain);
+    assert!(matches!(named, Err(Error::Memory { .. })), "{named:?}");
+    // At 500 MiB a copy does not fit and the f32 factor does: in place, and the line
+    // states the factor's bytes, not 0.
+    let checked =
+        spec(&format!("{fixed}solver = \"cholesky_f32\"\n[run]\nmemory_limit_mib = 500\nchunk_rows = 64")).unwrap();
+    let (p, memory) = Plan::decide(&checked, &facts(100_000, 8192), &plain).unwrap();
+    assert!(p.factors_in_place(), "{}", memory.line);
+    let factor = 4 * crate::stats::TriGram::len_for(8192) as u64;
+    assert!(memory.solve >= factor && memory.solve < factor + (8 << 20), "{}", memory.line);
+    assert!(memory.line.contains("cholesky_f32 path, in place"), "{}", memory.line);
+    memory.check().unwrap();
 }
 
 #[test]

@@ -1,0 +1,62 @@
+"""The references the benchmarks put the pass and the factorisations beside, on the
+machine's BLAS through numpy and scipy (OpenBLAS in the PyPI wheels):
+
+    blas_ref.py gram ROWS D      numpy's z.T @ z (SYRK: one triangle) in f64 and f32
+    blas_ref.py factor D         scipy.linalg.cho_factor of an SPD D x D in f64 and f32
+
+Prints seconds and the BLAS kernel threadpoolctl reports (OpenBLAS picks it by CPU;
+OPENBLAS_CORETYPE forces one). Timings of the Cholesky do not depend on the values, so
+the matrix is a well-conditioned random Gram of the same size as the statistics'.
+"""
+
+import sys
+import time
+
+import numpy as np
+
+
+def kernel():
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "threadpoolctl not installed"
+    return ", ".join(f"{i.get('internal_api')} {i.get('architecture')} x{i.get('num_threads')}" for i in threadpool_info())
+
+
+def gram(rows, dim):
+    rng = np.random.default_rng(0)
+    for dt in (np.float64, np.float32):
+        z = rng.standard_normal((rows, dim)).astype(dt)
+        t = time.perf_counter()
+        z.T @ z
+        e = time.perf_counter() - t
+        print(f"numpy z.T @ z, {np.dtype(dt).name}, {rows} x {dim}: {e:.2f} s ({rows * dim * dim / e / 1e9:.0f} GFLOP/s as SYRK)")
+
+
+def factor(dim):
+    from scipy.linalg import cho_factor
+
+    rng = np.random.default_rng(0)
+    # A Gram of 2D random rows plus a ridge: SPD and well conditioned, built blockwise.
+    a = np.zeros((dim, dim))
+    for _ in range(2):
+        z = rng.standard_normal((dim, dim)).astype(np.float32)
+        a += (z.T @ z).astype(np.float64)
+    a[np.diag_indices(dim)] += dim
+    for dt in (np.float64, np.float32):
+        m = a.astype(dt)
+        t = time.perf_counter()
+        cho_factor(m, lower=True, overwrite_a=True, check_finite=False)
+        e = time.perf_counter() - t
+        print(f"scipy cho_factor, {np.dtype(dt).name}, D = {dim}: {e:.2f} s ({dim ** 3 / 3 / e / 1e9:.0f} GFLOP/s)")
+
+
+if __name__ == "__main__":
+    what = sys.argv[1]
+    if what == "gram":
+        gram(int(sys.argv[2]), int(sys.argv[3]))
+    elif what == "factor":
+        factor(int(sys.argv[2]))
+    else:
+        sys.exit(f"unknown reference {what!r}: gram or factor")
+    print(f"BLAS: {kernel()}")

@@ -1,0 +1,109 @@
+//! The memory side of the plan: what each solve path and the pass's buffers allocate, the
+//! limit in force, and the [`MemoryPlan`] stated before the pass and checked against it.
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::pipeline::check::CheckedPipeline;
+use crate::solve::SolvePath;
+
+/// The memory a plan needs, as stated before the pass.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct MemoryPlan {
+    /// The statistics (or kept rows), with what selection keeps beside them.
+    pub statistics: u64,
+    /// The chunk buffers of the pass.
+    pub buffers: u64,
+    /// What the solve allocates beyond the statistics.
+    pub solve: u64,
+    /// All of it at once.
+    pub needed: u64,
+    /// The limit in force (`run.memory_limit_mib`, or the memory the machine has available).
+    pub limit: Option<u64>,
+    /// The line printed before the pass.
+    pub line: String,
+    /// What to change when it does not fit.
+    #[serde(skip)]
+    pub hint: String,
+}
+
+impl MemoryPlan {
+    /// Refuses a plan that needs more than the limit.
+    pub fn check(&self) -> Result<()> {
+        match self.limit {
+            Some(limit) if self.needed > limit => {
+                Err(Error::Memory { needed: self.needed, limit, hint: self.hint.clone() })
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+const MIB: f64 = (1u64 << 20) as f64;
+
+pub(crate) fn mib(b: u64) -> String {
+    format!("{:.1} MiB", b as f64 / MIB)
+}
+
+pub(crate) fn available_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// The memory limit in force: `run.memory_limit_mib`, or what the machine has available.
+pub(crate) fn memory_limit(checked: &CheckedPipeline) -> Option<u64> {
+    match checked.spec().run.memory_limit_mib {
+        0 => available_memory(),
+        m => Some(m << 20),
+    }
+}
+
+/// Bytes a solve path allocates beyond the statistics for `D` features and `c` outputs.
+pub(crate) fn solve_bytes(path: SolvePath, dim: usize, c: usize) -> u64 {
+    match path {
+        SolvePath::Cholesky => 8 * (crate::stats::TriGram::len_for(dim) + 2 * dim * c) as u64,
+        // The f32 factor, dropped before a fallback copies the Gram in f64: the larger.
+        SolvePath::CholeskyF32 => 8 * crate::stats::TriGram::len_for(dim) as u64 + mixed_vectors(dim, c),
+        SolvePath::Tridiagonal => crate::solve::tridiag::bytes_for(dim, c),
+        SolvePath::Eigen | SolvePath::Auto => 3 * 8 * (dim * dim) as u64,
+        // The dual's memory depends on the rows: `RowStats::solve_bytes`.
+        SolvePath::Dual => 0,
+    }
+}
+
+/// Bytes a factorisation in place on the statistics still allocates: nothing for the
+/// f64 Cholesky; the f32 factor and the refinement's vectors for `cholesky_f32` (whose
+/// fallback factors the statistics themselves).
+pub(crate) fn in_place_bytes(path: SolvePath, dim: usize, c: usize) -> u64 {
+    match path {
+        SolvePath::CholeskyF32 => 4 * crate::stats::TriGram::len_for(dim) as u64 + mixed_vectors(dim, c),
+        _ => 0,
+    }
+}
+
+/// The refinement's `D × c` matrices: `B`, `W`, the residual and its f32 copy, and the
+/// per-tile-row blocks of the product.
+fn mixed_vectors(dim: usize, c: usize) -> u64 {
+    (6 * 8 * dim * c) as u64
+}
+
+/// The largest Gram copy a fixed-λ solve makes when the statistics are safe on disk
+/// anyway: past it (D above about 8,000) factoring them in place saves more memory than
+/// writing them costs time (1 GiB at D = 16,384 against a pass of minutes).
+pub(super) const COPY_WHEN_ON_DISK_MAX: u64 = 256 << 20;
+
+/// Rows per chunk in the pass: `run.chunk_rows`, lowered so that one chunk's features
+/// stay within 128 MiB (two are alive at once): at large D the chunk buffers would
+/// otherwise rival the Gram. A run that keeps its rows copies each chunk out: 64-row
+/// chunks keep the mapped buffers small beside the rows.
+pub(crate) fn chunk_rows_for(chunk_rows: usize, dim: usize, keeps_rows: bool) -> usize {
+    let cap = (128usize << 20) / (4 * dim.max(1));
+    let rows = chunk_rows.min(cap.max(256)).max(1);
+    if keeps_rows {
+        rows.min(64)
+    } else {
+        rows
+    }
+}

@@ -1,0 +1,240 @@
+//! Ridge at one fixed λ by a mixed-precision factorisation (math.md §13.11): an f32 copy
+//! of `A = C + λI` is factored (the tiled Cholesky at the f32 rate, half the memory of
+//! an f64 factor), and the solution refined against the f64 statistics,
+//! `W_{k+1} = W_k + L̃⁻ᵀL̃⁻¹(B − A W_k)`, until the residual `‖B − AW‖_F / ‖B‖_F` is
+//! within the tolerance. `A W` is formed from the statistics' own Gram,
+//! `G W − s (sᵀW)/n + λW`, so no f64 copy of `A` is made. Where the refinement does not
+//! converge — `κ(A)·2⁻²⁴` near 1 or above, an ill-conditioned λ — it stops falling, the
+//! f32 factor is dropped, and the f64 factorisation takes over (of a copy, or of the
+//! statistics' own Gram where the plan factors in place).
+
+use faer::linalg::matmul::matmul;
+use faer::{Accum, Mat, MatMut, MatRef, Par};
+use serde::{Deserialize, Serialize};
+
+use super::cholesky::{centred_rhs, factor_tiles, folded, ridge_fixed, solve_tiles};
+use crate::error::Result;
+use crate::stats::{parallel, split_tiles, tile_len, GramStats, TriGram, TILE};
+
+/// The residual at which refinement stops: `‖B − AW‖_F ≤ 10⁻¹² ‖B‖_F`, where the
+/// weights agree with the f64 factorisation's to about `κ(A)·10⁻¹²`.
+pub const TOLERANCE: f64 = 1e-12;
+
+/// Refinement steps at most.
+const MAX_STEPS: usize = 30;
+
+/// How the mixed-precision solve ended.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Refinement {
+    /// Refinement steps taken (each one product with the f64 matrix and two f32 solves).
+    pub steps: usize,
+    /// The last `‖B − AW‖_F / ‖B‖_F` the refinement reached (absent where the f32 factor
+    /// itself failed or the residual was not finite).
+    pub residual: Option<f64>,
+    /// The refinement stopped falling (or the f32 factor failed) and the f64
+    /// factorisation solved instead.
+    pub fell_back: bool,
+}
+
+/// Ridge weights at one λ > 0 for every output by the f32 factor refined against the
+/// statistics. `in_place`: a fallback factors the statistics' own Gram (consumed) rather
+/// than a copy. Returns `W` (row-major `D × c`), `b` and how the refinement ended.
+pub fn ridge_refined(
+    stats: &mut GramStats,
+    in_place: bool,
+    lambda: f64,
+    threads: usize,
+) -> Result<(Vec<f64>, Vec<f64>, Refinement)> {
+    let b = centred_rhs(stats);
+    let stalled = match refine(stats, &b, lambda, threads) {
+        Ok((w, refinement)) => {
+            let (weights, bias) = folded(stats, &w);
+            return Ok((weights, bias, refinement));
+        }
+        Err(stalled) => stalled,
+    };
+    let work = if in_place { std::mem::replace(&mut stats.gram, TriGram::zeros(0)) } else { stats.gram.clone() };
+    let (weights, bias) = ridge_fixed(stats, work, lambda, threads)?;
+    Ok((weights, bias, stalled))
+}
+
+/// `A = G − s sᵀ/n + λI` rounded to f32, in the Gram's tile layout, tiles split over
+/// threads: the centring is done in f64 before rounding, as the f64 path does it.
+fn rounded(stats: &GramStats, lambda: f64, threads: usize) -> Vec<f32> {
+    let g = &stats.gram;
+    let dim = g.dim();
+    let inv = if stats.n > 0 { 1.0 / stats.n as f64 } else { 0.0 };
+    let mut a = vec![0f32; g.raw().len()];
+    let items: Vec<_> = split_tiles(&mut a, dim).into_iter().zip(g.tiles()).collect();
+    parallel(items, threads, |((ti, tj, out), (_, _, tile))| {
+        let cols = tile_len(dim, tj);
+        for (x, (row, grow)) in out.chunks_mut(cols).zip(tile.chunks(cols)).enumerate() {
+            let i = ti * TILE + x;
+            let si = stats.s[i] * inv;
+            for (y, (v, &gv)) in row.iter_mut().zip(grow).enumerate() {
+                let j = tj * TILE + y;
+                let centred = gv - si * stats.s[j] + if i == j { lambda } else { 0.0 };
+                *v = centred as f32;
+            }
+        }
+    });
+    a
+}
+
+/// The refined solution of `A W = B` from an f32 factor of `A`, or where the f32 factor
+/// fails or the refinement stops falling (two steps without halving the residual) how
+/// far it got, `fell_back` set: the caller then factors in f64.
+fn refine(stats: &GramStats, b: &Mat<f64>, lambda: f64, threads: usize) -> Result<(Mat<f64>, Refinement), Refinement> {
+    let dim = stats.dim();
+    let stalled = |steps, residual| Refinement { steps, residual, fell_back: true };
+    let mut l32 = rounded(stats, lambda, threads);
+    let tiles = split_tiles(&mut l32, dim).into_iter().map(|(_, _, t)| t).collect();
+    factor_tiles(tiles, dim, 0.5 * lambda, threads).map_err(|_| stalled(0, None))?;
+    let factor: Vec<&[f32]> = split_tiles(&mut l32, dim).into_iter().map(|(_, _, t)| &*t).collect();
+    let solve32 = |r: &Mat<f64>| -> Mat<f64> {
+        let mut x = Mat::<f32>::from_fn(r.nrows(), r.ncols(), |i, k| r[(i, k)] as f32);
+        solve_tiles(&factor, dim, &mut x);
+        Mat::<f64>::from_fn(x.nrows(), x.ncols(), |i, k| f64::from(x[(i, k)]))
+    };
+    let norm_b = b.norm_l2().max(f64::MIN_POSITIVE);
+    let mut w = solve32(b);
+    let mut history: Vec<f64> = Vec::new();
+    for step in 0..=MAX_STEPS {
+        let r = residual(stats, b, &w, lambda, threads);
+        let ratio = r.norm_l2() / norm_b;
+        if !ratio.is_finite() {
+            return Err(stalled(step, None));
+        }
+        if ratio <= TOLERANCE {
+            return Ok((w, Refinement { steps: step, residual: Some(ratio), fell_back: false }));
+        }
+        // Converging at rate ρ ≈ κ·2⁻²⁴ the residual halves at least every two steps;
+        // it stalls or grows where ρ is near 1.
+        if (history.len() >= 2 && ratio > 0.5 * history[history.len() - 2]) || step == MAX_STEPS {
+            return Err(stalled(step, Some(ratio)));
+        }
+        history.push(ratio);
+        w += solve32(&r);
+    }
+    Err(stalled(MAX_STEPS, history.last().copied()))
+}
+
+/// `B − A W` with `A W = G W − s (sᵀW)/n + λW`, in f64.
+fn residual(stats: &GramStats, b: &Mat<f64>, w: &Mat<f64>, lambda: f64, threads: usize) -> Mat<f64> {
+    let (dim, c) = (stats.dim(), w.ncols());
+    let mut r = b.clone();
+    symmetric_product(&stats.gram, w.as_ref(), r.as_mut(), threads);
+    let inv = if stats.n > 0 { 1.0 / stats.n as f64 } else { 0.0 };
+    let stw: Vec<f64> = (0..c).map(|k| (0..dim).map(|i| stats.s[i] * w[(i, k)]).sum::<f64>() * inv).collect();
+    for k in 0..c {
+        for i in 0..dim {
+            r[(i, k)] += stats.s[i] * stw[k] - lambda * w[(i, k)];
+        }
+    }
+    r
+}
+
+/// `R −= A W` for the symmetric `A` stored as its lower tiles, the rows of `R` split by
+/// tile row over threads (each output tile row summed in one fixed order, so the result
+/// does not depend on the thread count).
+fn symmetric_product(a: &TriGram, w: MatRef<'_, f64>, r: MatMut<'_, f64>, threads: usize) {
+    let dim = a.dim();
+    let nt = dim.div_ceil(TILE);
+    let tiles: Vec<&[f64]> = a.tiles().into_iter().map(|(_, _, t)| t).collect();
+    let pos = |i: usize, j: usize| i * (i + 1) / 2 + j;
+    let tile = |i: usize, j: usize| MatRef::from_row_major_slice(tiles[pos(i, j)], tile_len(dim, i), tile_len(dim, j));
+    let c = w.ncols();
+    // One output block row per item: (I, its rows of R as an owned block).
+    let mut rows: Vec<(usize, Mat<f64>)> =
+        (0..nt).map(|i| (i, Mat::<f64>::from_fn(tile_len(dim, i), c, |x, k| r[(i * TILE + x, k)]))).collect();
+    parallel(rows.iter_mut().collect(), threads, |(i, out): &mut (usize, Mat<f64>)| {
+        let i = *i;
+        for j in 0..nt {
+            let wj = w.subrows(j * TILE, tile_len(dim, j));
+            if j <= i {
+                matmul(out.as_mut(), Accum::Add, tile(i, j), wj, -1.0, Par::Seq);
+            } else {
+                matmul(out.as_mut(), Accum::Add, tile(j, i).transpose(), wj, -1.0, Par::Seq);
+            }
+        }
+        // Diagonal tiles store their strict upper part unused (possibly stale): the
+        // product above read it, so take it back out and put in the lower part's mirror.
+        let d = tile(i, i);
+        let wi = w.subrows(i * TILE, tile_len(dim, i));
+        for x in 0..d.nrows() {
+            for y in x + 1..d.ncols() {
+                let (upper, mirror) = (d[(x, y)], d[(y, x)]);
+                for k in 0..c {
+                    out[(x, k)] += (upper - mirror) * wi[(y, k)];
+                }
+            }
+        }
+    });
+    let mut r = r;
+    for (i, out) in rows {
+        for x in 0..out.nrows() {
+            for k in 0..c {
+                r[(i * TILE + x, k)] = out[(x, k)];
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::solve::cholesky::ridge_fixed;
+    use crate::solve::cholesky::tests::{stats, stats_with_noise};
+
+    fn rel(a: &[f64], b: &[f64]) -> f64 {
+        let scale = b.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        a.iter().zip(b).fold(0.0f64, |m, (x, y)| m.max((x - y).abs())) / scale
+    }
+
+    #[test]
+    fn refined_weights_equal_the_f64_cholesky_to_the_tolerance_for_any_thread_count() {
+        // Two tile rows and a partial one; λ well above the rounding of f32.
+        let (dim, c) = (2 * TILE + 37, 3);
+        let st = stats(900, dim, c, 4);
+        let lambda = 0.5;
+        let (want_w, want_b) = ridge_fixed(&st, st.gram.clone(), lambda, 2).unwrap();
+        let (w1, b1, r1) = ridge_refined(&mut st.clone(), false, lambda, 1).unwrap();
+        let (w3, b3, r3) = ridge_refined(&mut st.clone(), true, lambda, 3).unwrap();
+        assert!(!r1.fell_back && r1.steps >= 1 && r1.residual.is_some_and(|r| r <= TOLERANCE), "{r1:?}");
+        assert!(rel(&w1, &want_w) < 1e-9, "weights differ by {:e}", rel(&w1, &want_w));
+        assert!(rel(&b1, &want_b) < 1e-9, "bias differs by {:e}", rel(&b1, &want_b));
+        assert_eq!((w1, b1, r1), (w3, b3, r3), "thread count changed the solve");
+    }
+
+    #[test]
+    fn an_ill_conditioned_lambda_falls_back_to_the_f64_factor_and_says_so() {
+        // Rank-8 features (the noise is below f32's rounding of them) and λ far below the
+        // spectrum's top: κ·2⁻²⁴ ≫ 1, so the f32 factor cannot refine; f64 still factors.
+        let (dim, c) = (TILE + 5, 2);
+        let st = stats_with_noise(600, dim, c, 7, 1e-5);
+        let top = st.gram.diagonal().into_iter().sum::<f64>();
+        let lambda = 1e-9 * top;
+        let mut kept = st.clone();
+        let (w, b, r) = ridge_refined(&mut kept, false, lambda, 2).unwrap();
+        assert!(r.fell_back, "{r:?}");
+        assert_eq!(kept.gram, st.gram, "not in place: the statistics are kept");
+        let (want_w, want_b) = ridge_fixed(&st, st.gram.clone(), lambda, 2).unwrap();
+        assert_eq!((w, b), (want_w, want_b), "the fallback is the f64 factorisation itself");
+    }
+
+    #[test]
+    fn the_symmetric_product_of_the_tiles_is_the_dense_product() {
+        let (dim, c) = (TILE + 17, 2);
+        let st = stats(300, dim, c, 3);
+        let full = st.gram.to_full();
+        let w = Mat::<f64>::from_fn(dim, c, |i, k| ((i * 7 + k) % 11) as f64 - 5.0);
+        let mut r = Mat::<f64>::zeros(dim, c);
+        symmetric_product(&st.gram, w.as_ref(), r.as_mut(), 2);
+        for i in 0..dim {
+            for k in 0..c {
+                let want: f64 = -(0..dim).map(|j| full[i * dim + j] * w[(j, k)]).sum::<f64>();
+                assert!((r[(i, k)] - want).abs() <= 1e-9 * want.abs().max(1.0), "({i}, {k})");
+            }
+        }
+    }
+}
