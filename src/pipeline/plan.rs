@@ -20,7 +20,7 @@ mod memory;
 
 pub use memory::MemoryPlan;
 use memory::COPY_WHEN_ON_DISK_MAX;
-pub(crate) use memory::{chunk_rows_for, in_place_bytes, memory_limit, mib, solve_bytes};
+pub(crate) use memory::{chunk_rows_for, memory_limit, mib};
 
 /// How a run is driven, beyond the pipeline file.
 #[derive(Debug, Clone, Default)]
@@ -338,7 +338,7 @@ impl Planner<'_> {
         let resident = if self.opts.from_parts { 0 } else { sets * GramStats::bytes_for(dim, f.outputs) }
             + self.buffers(chunk, f.d, dim)
             + f.map_bytes;
-        let fits = self.limit.is_none_or(|l| resident + in_place_bytes(path, dim, f.outputs) <= l);
+        let fits = self.limit.is_none_or(|l| resident + path.in_place_bytes(dim, f.outputs) <= l);
         if asked == SolvePath::Auto && solve.in_place && !fits {
             return Ok(self.cholesky(SolvePath::Cholesky, dim, sets));
         }
@@ -359,7 +359,7 @@ impl Planner<'_> {
     /// on disk and a copy is large.
     fn cholesky(&self, path: SolvePath, dim: usize, sets: u64) -> RidgeSolve {
         let c = self.facts.outputs;
-        let copy = solve_bytes(path, dim, c);
+        let copy = path.bytes(dim, c);
         // Statistics read from parts are in memory already: what the machine has left
         // is what the copy must fit in.
         let stats = if self.opts.from_parts { 0 } else { sets * GramStats::bytes_for(dim, c) };
@@ -394,7 +394,7 @@ impl Planner<'_> {
             (PcaMethod::Auto, Components::Fixed(e))
                 if (dim >= 2048 && e.saturating_mul(8) <= dim)
                     || (e.saturating_mul(4) <= dim
-                        && self.limit.is_some_and(|l| solve_bytes(SolvePath::Eigen, dim, 0) > l)) =>
+                        && self.limit.is_some_and(|l| SolvePath::Eigen.bytes(dim, 0) > l)) =>
             {
                 Some(e)
             }
@@ -469,7 +469,7 @@ impl Planner<'_> {
         let path = plan.path();
         // The chunk buffers are gone by the solve: the copy has to fit beside the statistics.
         let in_place = plan.factors_in_place();
-        let solve = if in_place { in_place_bytes(path, solve_dim, c) } else { solve_bytes(path, solve_dim, c) };
+        let solve = if in_place { path.in_place_bytes(solve_dim, c) } else { path.bytes(solve_dim, c) };
         // A refit keeps the validation rows' statistics beside the solve's matrices.
         let refit = matches!(checked.selection, Selection::HeldOut { refit: true, .. });
         let mut held_out = if refit { GramStats::bytes_for(solve_dim, c) } else { 0 };

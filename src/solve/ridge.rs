@@ -51,6 +51,35 @@ impl SolvePath {
     pub fn is_cholesky(self) -> bool {
         matches!(self, SolvePath::Cholesky | SolvePath::CholeskyF32)
     }
+
+    /// Bytes the path allocates beyond the statistics for `D` features and `c` outputs.
+    /// The dual's depend on the rows: `RowStats::solve_bytes`.
+    pub fn bytes(self, dim: usize, c: usize) -> u64 {
+        match self {
+            SolvePath::Cholesky => 8 * (TriGram::len_for(dim) + 2 * dim * c) as u64,
+            // The f32 factor is dropped before a fallback copies the Gram in f64: the larger.
+            SolvePath::CholeskyF32 => 8 * TriGram::len_for(dim) as u64 + mixed_vectors(dim, c),
+            SolvePath::Tridiagonal => crate::solve::tridiag::bytes_for(dim, c),
+            SolvePath::Eigen | SolvePath::Auto => 3 * 8 * (dim * dim) as u64,
+            SolvePath::Dual => 0,
+        }
+    }
+
+    /// Bytes a factorisation in place on the statistics still allocates: nothing for the
+    /// f64 Cholesky; the f32 factor and the refinement's vectors for `cholesky_f32` (whose
+    /// fallback factors the statistics themselves).
+    pub fn in_place_bytes(self, dim: usize, c: usize) -> u64 {
+        match self {
+            SolvePath::CholeskyF32 => 4 * TriGram::len_for(dim) as u64 + mixed_vectors(dim, c),
+            _ => 0,
+        }
+    }
+}
+
+/// The refinement's `D × c` matrices: `B`, `W`, the residual and its f32 copy, and the
+/// per-tile-row blocks of the product.
+fn mixed_vectors(dim: usize, c: usize) -> u64 {
+    (6 * 8 * dim * c) as u64
 }
 
 /// A ridge problem ready to give weights for any λ, by whichever path built it.

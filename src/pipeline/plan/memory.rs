@@ -5,7 +5,6 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::pipeline::check::CheckedPipeline;
-use crate::solve::SolvePath;
 
 /// The memory a plan needs, as stated before the pass.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -58,35 +57,6 @@ pub(crate) fn memory_limit(checked: &CheckedPipeline) -> Option<u64> {
         0 => available_memory(),
         m => Some(m << 20),
     }
-}
-
-/// Bytes a solve path allocates beyond the statistics for `D` features and `c` outputs.
-pub(crate) fn solve_bytes(path: SolvePath, dim: usize, c: usize) -> u64 {
-    match path {
-        SolvePath::Cholesky => 8 * (crate::stats::TriGram::len_for(dim) + 2 * dim * c) as u64,
-        // The f32 factor, dropped before a fallback copies the Gram in f64: the larger.
-        SolvePath::CholeskyF32 => 8 * crate::stats::TriGram::len_for(dim) as u64 + mixed_vectors(dim, c),
-        SolvePath::Tridiagonal => crate::solve::tridiag::bytes_for(dim, c),
-        SolvePath::Eigen | SolvePath::Auto => 3 * 8 * (dim * dim) as u64,
-        // The dual's memory depends on the rows: `RowStats::solve_bytes`.
-        SolvePath::Dual => 0,
-    }
-}
-
-/// Bytes a factorisation in place on the statistics still allocates: nothing for the
-/// f64 Cholesky; the f32 factor and the refinement's vectors for `cholesky_f32` (whose
-/// fallback factors the statistics themselves).
-pub(crate) fn in_place_bytes(path: SolvePath, dim: usize, c: usize) -> u64 {
-    match path {
-        SolvePath::CholeskyF32 => 4 * crate::stats::TriGram::len_for(dim) as u64 + mixed_vectors(dim, c),
-        _ => 0,
-    }
-}
-
-/// The refinement's `D × c` matrices: `B`, `W`, the residual and its f32 copy, and the
-/// per-tile-row blocks of the product.
-fn mixed_vectors(dim: usize, c: usize) -> u64 {
-    (6 * 8 * dim * c) as u64
 }
 
 /// The largest Gram copy a fixed-λ solve makes when the statistics are safe on disk
