@@ -374,3 +374,47 @@ fn few_components_go_to_block_krylov_whose_model_equals_the_dense_pca() {
         assert!(shown.contains("components by block Krylov"), "{shown}");
     }
 }
+
+/// The MNIST pipelines (whose data `scripts/get_mnist.py` fetches, so CI never has it)
+/// run as shipped on the digits, at a small E: their keys parse and combine, the fixed-λ
+/// ones take the mixed-precision factor, and the selecting one chooses on its validation
+/// rows and refits.
+#[test]
+fn the_mnist_pipelines_run_as_shipped_on_the_digits() {
+    let dir = TempDir::new("mnist-pipelines");
+    let train_file = repo("data/digits_train.parquet");
+    let test_file = repo("data/digits_test.parquet");
+    for name in ["mnist_select", "mnist", "mnist_long"] {
+        let model = dir.path(&format!("{name}.sfm"));
+        let report = dir.path(&format!("{name}.json"));
+        let mut sets = vec![
+            format!("data.train=[\"{train_file}\"]"),
+            format!("data.test=[\"{test_file}\"]"),
+            "stages.0.dim=512".to_string(),
+            "stages.0.up_dim=2048".to_string(),
+        ];
+        if name == "mnist_select" {
+            sets.push(format!("data.validation=[\"{test_file}\"]"));
+        }
+        let mut args = vec!["--report", report.to_str().unwrap()];
+        for s in &sets {
+            args.extend(["--set", s.as_str()]);
+        }
+        let out = train(&repo(&format!("pipelines/{name}.toml")), &model, &args);
+        let acc: f64 = out
+            .lines()
+            .find_map(|l| l.strip_prefix("test accuracy: "))
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{name}: no accuracy in: {out}"));
+        assert!(acc >= 0.9, "{name}: test accuracy {acc}");
+        let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        if name == "mnist_select" {
+            assert_eq!(r["selections"][0]["method"], "validation", "{name}: {r}");
+            assert_eq!(r["selections"][0]["refit_rows"], 1347 + 450, "{name}: {r}");
+        } else {
+            assert_eq!(r["solve"]["path"], "cholesky_f32", "{name}: {r}");
+            assert!(r["solve"]["refinement"]["steps"].as_u64().is_some_and(|s| s >= 1), "{name}: {r}");
+        }
+    }
+}
