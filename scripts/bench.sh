@@ -15,6 +15,11 @@
 #            cho_factor of a D × D in f64 and f32), tridiagonal (GCV, and λ by a 10,000-row
 #            validation file), eigen (dense, up to DENSE_MAX_D = 8192), and top-D/16 PCA
 #            by block Krylov (up to KRYLOV_MAX_D = 16384) vs dense
+#   score    predict of 1.2M × 784 f32 rows (row groups of 30,000) by a degree-3 tensor
+#            sketch model at D = 4096 (10 classes) with 1 and 2 threads, and transform to
+#            its E = 1024 PCA features, next to pyarrow's read of the same file and
+#            scikit-learn's PolynomialCountSketch + RidgeClassifier predict at the same D
+#            (scripts/score_ref.py)
 #   huge     train at D = 65,536 (tensor sketch, f32 Gram, fixed λ) on the 60k file:
 #            the 16 GiB triangle, checkpointed and factored in place (about an hour)
 #
@@ -23,7 +28,7 @@
 # when it lacks them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-sections=${SECTIONS:-"hot pass large solve"}  # "huge" runs only when named
+sections=${SECTIONS:-"hot pass large solve score"}  # "huge" runs only when named
 dims=${DIMS:-"2048 4096 8192"}
 solve_dims=${SOLVE_DIMS:-"2048 4096 8192 16384"}
 large=${ROWS_LARGE:-1000000}
@@ -137,6 +142,30 @@ if has solve; then
       solve "top-$e PCA, dense" --set 'ridge.lambda="gcv"' --set pca.components=$e --set 'pca.method="dense"'
     fi
   done
+fi
+
+if has score; then
+  f=bench-data/rows-1200000.parquet
+  [ -f bench-data/rows-60000.parquet ] || $gen 60000 bench-data/rows-60000.parquet 7500
+  [ -f "$f" ] || $gen 1200000 "$f" 30000
+  echo
+  echo "## scoring 1,200,000 × 784 rows, D = 4096"
+  pipeline score.toml rows-60000.parquet 4096 0.01
+  $bin train bench-data/score.toml -o bench-data/score.sfm --quiet >/dev/null
+  $bin train bench-data/score.toml -o bench-data/score-pca.sfm --quiet --set pca.components=1024 >/dev/null
+  for t in 1 2; do
+    timed "predict with $t threads" $bin predict bench-data/score.sfm -i "$f" -o bench-data/score-out.parquet \
+      --threads "$t"
+    rm -f bench-data/score-out.parquet
+  done
+  timed "transform to 1024 PCA features" $bin transform bench-data/score-pca.sfm -i "$f" \
+    -o bench-data/score-out.parquet
+  rm -f bench-data/score-out.parquet
+  if "$py" -c "import numpy, pyarrow, sklearn" 2>/dev/null; then
+    "$py" scripts/score_ref.py "$f" 4096 bench-data/rows-60000.parquet
+  else
+    echo "(reference skipped: $py has no numpy/pyarrow/scikit-learn)"
+  fi
 fi
 
 if has huge; then

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use arrow_array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema};
 use parquet::arrow::ArrowWriter;
+use parquet::file::properties::WriterProperties;
 use serde::Serialize;
 
 use crate::atomic::AtomicFile;
@@ -236,12 +237,30 @@ pub struct PredictOptions {
     pub progress: bool,
 }
 
+/// Bytes of encoded rows a writer holds before it flushes a row group: the writer buffers a
+/// whole row group, and its default of 2^20 rows held 4.8 GB for a transform to 1024 PCA
+/// features (1.2M rows), where the output should cost what a chunk costs.
+const ROW_GROUP_BYTES: usize = 64 << 20;
+
+/// Writer properties whose row groups hold about [`ROW_GROUP_BYTES`]: by rows of
+/// `row_bytes` each (at least 1,024 rows, at most the writer's default), and by the
+/// writer's own estimate of the encoded size (for string columns, whose width varies).
+pub(crate) fn bounded_writer(row_bytes: usize) -> WriterProperties {
+    let rows = (ROW_GROUP_BYTES / row_bytes.max(1)).clamp(1024, 1 << 20);
+    WriterProperties::builder()
+        .set_max_row_group_row_count(Some(rows))
+        .set_max_row_group_bytes(Some(ROW_GROUP_BYTES))
+        .build()
+}
+
 /// Writes predictions for `inputs` to the Parquet file `output`, atomically.
 pub fn predict(model: &Model, inputs: &[PathBuf], output: &Path, opts: &PredictOptions) -> Result<u64> {
     let ds = open_for(model, inputs, false, &opts.keep)?;
     let schema = prediction_schema(model, &ds, opts)?;
     let mut out = AtomicFile::create(output)?;
-    let mut writer = ArrowWriter::try_new(out.take_file(), schema.clone(), None)
+    // Kept columns are counted at 8 bytes: a string column's rows may be longer.
+    let props = bounded_writer(8 * schema.fields().len());
+    let mut writer = ArrowWriter::try_new(out.take_file(), schema.clone(), Some(props))
         .map_err(|source| Error::Parquet { location: Location::file(output), source })?;
     let bar = progress(ds.total_rows(), "predict", opts.progress);
     let mut rows = 0u64;
@@ -394,7 +413,8 @@ pub fn transform(model: &Model, inputs: &[PathBuf], output: &Path, opts: &Predic
     fields.push(Field::new("pca", DataType::FixedSizeList(item.clone(), e as i32), false));
     let schema = Arc::new(Schema::new(fields));
     let mut out = AtomicFile::create(output)?;
-    let mut writer = ArrowWriter::try_new(out.take_file(), schema.clone(), None)
+    let props = bounded_writer(4 * e + 8 * opts.keep.len());
+    let mut writer = ArrowWriter::try_new(out.take_file(), schema.clone(), Some(props))
         .map_err(|source| Error::Parquet { location: Location::file(output), source })?;
     let bar = progress(ds.total_rows(), "transform", opts.progress);
     let mut rows = 0u64;
@@ -420,4 +440,17 @@ pub fn transform(model: &Model, inputs: &[PathBuf], output: &Path, opts: &Predic
     writer.close().map_err(|source| Error::Parquet { location: Location::file(output), source })?;
     out.commit()?;
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn output_row_groups_hold_about_64_mib_whatever_the_row_width() {
+        let rows = |bytes| super::bounded_writer(bytes).max_row_group_row_count().unwrap_or(usize::MAX);
+        assert_eq!(super::bounded_writer(8).max_row_group_bytes(), Some(64 << 20));
+        // 1024 PCA features: 16,384 rows a group, where the writer's default held 2^20.
+        assert_eq!(rows(4 * 1024), 16384);
+        assert_eq!(rows(8), 1 << 20);
+        assert_eq!(rows(1 << 30), 1024);
+    }
 }
