@@ -108,21 +108,7 @@ impl TriGram {
             return self.syrk(owned.view(), threads);
         };
         let (rows, dim) = (z.nrows(), self.dim);
-        let zm = MatRef::from_row_major_slice(zs, rows, dim);
-        let tiles = self.tiles_mut();
-        parallel(tiles, threads, |(i, j, block): (usize, usize, &mut [f64])| {
-            let (ri, rj) = (tile_range(dim, i), tile_range(dim, j));
-            let a = zm.subcols(ri.start, ri.len()).transpose();
-            let b = zm.subcols(rj.start, rj.len());
-            let c = MatMut::from_row_major_slice_mut(block, ri.len(), rj.len());
-            if i == j {
-                // Only the lower half of a diagonal tile is ever read: skip the rest.
-                let rect = BlockStructure::Rectangular;
-                triangular::matmul(c, BlockStructure::TriangularLower, Accum::Add, a, rect, b, rect, 1.0, Par::Seq);
-            } else {
-                matmul(c, Accum::Add, a, b, 1.0, Par::Seq);
-            }
-        });
+        self.add_products(MatRef::from_row_major_slice(zs, rows, dim), threads);
     }
 
     /// `G += ZᵀZ` for a block given feature by feature (`zt`: `D × rows`, each feature's
@@ -132,13 +118,20 @@ impl TriGram {
     /// hands its blocks over this way. Bit-identical for any `threads`, as [`TriGram::syrk`].
     pub fn syrk_cols(&mut self, zt: &[f64], rows: usize, threads: usize) {
         let dim = self.dim;
-        let zm = MatRef::from_column_major_slice(&zt[..rows * dim], rows, dim);
+        self.add_products(MatRef::from_column_major_slice(&zt[..rows * dim], rows, dim), threads);
+    }
+
+    /// `G += ZᵀZ` for `zm` (`rows × D`, either layout): one sequential GEMM per tile on
+    /// and below the diagonal, so the sums are bit-identical for any `threads`.
+    fn add_products(&mut self, zm: MatRef<'_, f64>, threads: usize) {
+        let dim = self.dim;
         parallel(self.tiles_mut(), threads, |(i, j, block): (usize, usize, &mut [f64])| {
             let (ri, rj) = (tile_range(dim, i), tile_range(dim, j));
             let a = zm.subcols(ri.start, ri.len()).transpose();
             let b = zm.subcols(rj.start, rj.len());
             let c = MatMut::from_row_major_slice_mut(block, ri.len(), rj.len());
             if i == j {
+                // Only the lower half of a diagonal tile is ever read: skip the rest.
                 let rect = BlockStructure::Rectangular;
                 triangular::matmul(c, BlockStructure::TriangularLower, Accum::Add, a, rect, b, rect, 1.0, Par::Seq);
             } else {

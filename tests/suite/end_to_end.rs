@@ -20,6 +20,15 @@ fn train(pipeline: &str, model: &std::path::Path, extra: &[&str]) -> String {
     stdout(&out)
 }
 
+/// The accuracy `train` printed for its test files.
+fn test_accuracy(out: &str) -> f64 {
+    out.lines()
+        .find_map(|l| l.strip_prefix("test accuracy: "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no accuracy in: {out}"))
+}
+
 fn read_f64(path: &std::path::Path, col: &str) -> Vec<f64> {
     let r = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(path).unwrap()).unwrap().build().unwrap();
     r.flat_map(|b| {
@@ -34,12 +43,7 @@ fn digits_main_job_reaches_97_percent_and_every_command_works() {
     let dir = TempDir::new("digits");
     let model = dir.path("digits.sfm");
     let out = train(&repo("pipelines/digits.toml"), &model, &[]);
-    let acc: f64 = out
-        .lines()
-        .find_map(|l| l.strip_prefix("test accuracy: "))
-        .and_then(|l| l.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no accuracy in: {out}"));
+    let acc = test_accuracy(&out);
     assert!(acc >= 0.97, "test accuracy {acc}");
 
     let test = repo("data/digits_test.parquet");
@@ -401,12 +405,7 @@ fn the_mnist_pipelines_run_as_shipped_on_the_digits() {
             args.extend(["--set", s.as_str()]);
         }
         let out = train(&repo(&format!("pipelines/{name}.toml")), &model, &args);
-        let acc: f64 = out
-            .lines()
-            .find_map(|l| l.strip_prefix("test accuracy: "))
-            .and_then(|l| l.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("{name}: no accuracy in: {out}"));
+        let acc = test_accuracy(&out);
         assert!(acc >= 0.9, "{name}: test accuracy {acc}");
         let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
         if name == "mnist_select" {
