@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 cargo test
 
 venv=target/py-venv
-deps=(maturin pytest numpy pyarrow scikit-learn polars pandas "dask[delayed]" distributed)
+deps=(maturin pytest numpy pyarrow scikit-learn polars pandas "dask[delayed]" distributed "moto[server]>=5.2,<5.3" pyspark ray)
 python=${PYTHON:-python3}
 
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -m pip --version >/dev/null 2>&1; then
@@ -50,6 +50,19 @@ if [ "$(cat "$venv/.pkg-stamp" 2>/dev/null)" != "$pkg_stamp" ]; then
 else
   echo "python package unchanged since the last install in $venv: not rebuilt"
 fi
+
+# A local S3 server for the object-store tests (python/tests/test_remote.py), on loopback
+# only, stopped by its pid when this script ends; the tests give every client dummy
+# credentials, so none asks a cloud metadata address.
+port=$("$vpy" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+"$venv/bin/moto_server" -H 127.0.0.1 -p "$port" >target/moto_server.log 2>&1 &
+moto_pid=$!
+trap 'kill "$moto_pid" 2>/dev/null || true' EXIT
+for _ in $(seq 100); do
+  "$vpy" -c "import socket; socket.create_connection(('127.0.0.1', $port), 0.2)" 2>/dev/null && break
+  sleep 0.1
+done
+export SKETCHFIT_TEST_S3="http://127.0.0.1:$port"
 
 # -W error::RuntimeWarning: a RuntimeWarning (an invalid cast, an overflow) anywhere in a
 # test fails the run, so the package never hands NumPy values it cannot take.

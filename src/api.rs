@@ -72,6 +72,7 @@ impl Pipeline {
                 solver: Default::default(),
                 run: Default::default(),
                 candidates: None,
+                storage: Vec::new(),
             },
         }
     }

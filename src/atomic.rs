@@ -20,6 +20,8 @@ pub struct AtomicFile {
     tmp: PathBuf,
     target: PathBuf,
     file: Option<File>,
+    /// The target is an object in a store: the commit is an upload.
+    remote: bool,
 }
 
 /// A registered input: where it resolves to and, on Unix, which file it is.
@@ -46,6 +48,10 @@ fn identity(_: &Path) -> Option<(u64, u64)> {
 /// Where `path` resolves to: itself when it exists, else its directory's resolution
 /// joined with its name.
 fn resolve(path: &Path) -> Option<PathBuf> {
+    if crate::remote::is_remote(path) {
+        return Some(path.to_path_buf());
+    }
+    let path = &crate::remote::local(path);
     if let Ok(c) = std::fs::canonicalize(path) {
         return Some(c);
     }
@@ -70,6 +76,10 @@ pub fn open_own(path: &Path) -> Result<File> {
 }
 
 fn open_regular(path: &Path) -> Result<File> {
+    if crate::remote::is_remote(path) {
+        return download(path);
+    }
+    let path = &crate::remote::local(path);
     let refuse = |message: String| Error::Data { location: Location::file(path), message };
     let meta = std::fs::metadata(path).map_err(|e| refuse(open_failure(&e)))?;
     if !meta.is_file() {
@@ -77,6 +87,31 @@ fn open_regular(path: &Path) -> Result<File> {
         return Err(refuse(format!("{kind}; give the path of a regular file")));
     }
     File::open(path).map_err(|e| refuse(open_failure(&e)))
+}
+
+/// An object downloaded whole into a temporary file that is unlinked at once, so it is
+/// gone with the handle whatever ends the run.
+fn download(path: &Path) -> Result<File> {
+    use std::io::{Seek, SeekFrom};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static N: AtomicUsize = AtomicUsize::new(0);
+    crate::remote::check_scheme(path)?;
+    let object = crate::remote::Object::open(path)?;
+    let tmp = std::env::temp_dir().join(format!(
+        ".sketchfit-download-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .map_err(|e| Error::io(&tmp, e))?;
+    let _ = std::fs::remove_file(&tmp);
+    object.download(&mut file)?;
+    file.seek(SeekFrom::Start(0)).map_err(|e| Error::io(&tmp, e))?;
+    Ok(file)
 }
 
 /// Reads a whole input file through [`open_input`].
@@ -129,6 +164,24 @@ fn clashing_input(target: &Path) -> Option<PathBuf> {
 /// output path costs nothing.
 pub fn check_output(target: &Path) -> Result<()> {
     let bad = |message: String| Error::usage("output", message);
+    if crate::remote::is_remote(target) {
+        crate::remote::check_scheme(target)?;
+        if let Some(input) = clashing_input(target) {
+            return Err(bad(format!(
+                "'{}' is also an input of this run ({}); sketchfit never replaces an input: choose another output",
+                target.display(),
+                input.display()
+            )));
+        }
+        if crate::remote::exists(target)? {
+            return Err(bad(format!(
+                "'{}' exists; sketchfit never replaces an object: choose another name or delete it first",
+                target.display()
+            )));
+        }
+        return Ok(());
+    }
+    let target = &crate::remote::local(target);
     if target.file_name().is_none() {
         return Err(bad(format!("'{}' is not a file name", target.display())));
     }
@@ -153,13 +206,22 @@ impl AtomicFile {
     /// Starts writing `target` (its directory must exist; it must not be an input).
     pub fn create(target: &Path) -> Result<AtomicFile> {
         check_output(target)?;
+        if crate::remote::is_remote(target) {
+            // Written and verified locally first; the commit puts it whole.
+            static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let tmp = std::env::temp_dir().join(format!(".sketchfit-upload-{}-{n}", std::process::id()));
+            let file = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
+            return Ok(AtomicFile { tmp, target: target.to_path_buf(), file: Some(file), remote: true });
+        }
+        let target = &crate::remote::local(target);
         let name = target
             .file_name()
             .ok_or_else(|| Error::usage("output", format!("'{}' is not a file name", target.display())))?;
         let dir = target.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         let tmp = dir.join(format!(".{}.tmp-{}", name.to_string_lossy(), std::process::id()));
         let file = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
-        Ok(AtomicFile { tmp, target: target.to_path_buf(), file: Some(file) })
+        Ok(AtomicFile { tmp, target: target.to_path_buf(), file: Some(file), remote: false })
     }
 
     /// The temporary file's path (to read what was written back before `commit`).
@@ -184,6 +246,18 @@ impl AtomicFile {
     pub fn commit(mut self) -> Result<()> {
         if let Some(f) = self.file.take() {
             f.sync_all().map_err(|e| Error::io(&self.tmp, e))?;
+        }
+        if self.remote {
+            // The object must still be absent and no input: the put itself refuses an
+            // object that appeared since, so no check-then-write race replaces one.
+            if let Some(input) = clashing_input(&self.target) {
+                return Err(Error::usage(
+                    "output",
+                    format!("'{}' is also an input of this run ({})", self.target.display(), input.display()),
+                ));
+            }
+            crate::remote::upload(&self.tmp, &self.target)?;
+            return Ok(()); // Drop removes the local copy.
         }
         check_output(&self.target)?;
         std::fs::rename(&self.tmp, &self.target).map_err(|e| Error::io(&self.target, e))?;

@@ -127,6 +127,18 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// An object store refused or failed a request (after its bounded retries). The URL
+    /// is the one given, without credentials.
+    #[error("{url}: {message}")]
+    Remote {
+        /// The object or prefix.
+        url: String,
+        /// What happened and what to do.
+        message: String,
+        /// A network or server fault (exit 1), rather than the user's (a missing object,
+        /// refused credentials, an existing output: exit 2).
+        transient: bool,
+    },
     /// A broken invariant: a bug in sketchfit, never the input's fault.
     #[error("internal error (please report): {invariant}")]
     Internal {
@@ -255,6 +267,7 @@ impl Error {
                 | Error::BadFeature { .. }
                 | Error::NonFinite { .. }
         ) || matches!(self, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
+            || matches!(self, Error::Remote { transient: false, .. })
     }
 }
 

@@ -48,6 +48,7 @@ pub mod container;
 pub mod error;
 pub mod metrics;
 pub mod plot;
+pub mod remote;
 pub mod rng;
 pub mod scoring;
 pub mod sketch;

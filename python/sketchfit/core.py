@@ -5,6 +5,7 @@ way. The GIL is released while the core computes."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 
@@ -13,6 +14,22 @@ import pyarrow as pa
 
 from . import _core
 from ._inputs import arrow_table, expand_paths, is_arrow, is_paths, numpy_table, table_for
+
+
+@contextlib.contextmanager
+def storage(storage_options=None):
+    """Object-store options for the calls inside (``storage_options`` as polars and
+    delta-rs spell it: ``{"aws_endpoint": ..., "aws_region": ..., "allow_http": "true"}``),
+    over the environment's ``AWS_``/``GOOGLE_``/``AZURE_`` variables; restored after."""
+    if not storage_options:
+        yield
+        return
+    pairs = [(str(k), str(v).lower() if isinstance(v, bool) else str(v)) for k, v in dict(storage_options).items()]
+    previous = _core.set_storage_options(pairs)
+    try:
+        yield
+    finally:
+        _core.set_storage_options(previous)
 
 
 def _source(X):
@@ -38,11 +55,13 @@ class Pipeline:
         with open(path, encoding="utf-8") as f:
             return cls(f.read(), classes)
 
-    def fit(self, source) -> "Model":
+    def fit(self, source, storage_options=None) -> "Model":
         """Fits on an Arrow table / stream, a NumPy array with its label columns
-        appended beforehand, or Parquet paths (streamed)."""
+        appended beforehand, or Parquet paths (streamed; ``s3://`` and the other stores
+        with ``storage_options``)."""
         table, paths = _source(source)
-        return Model(self._core.fit_files(paths) if paths is not None else self._core.fit(table))
+        with storage(storage_options):
+            return Model(self._core.fit_files(paths) if paths is not None else self._core.fit(table))
 
     def __reduce__(self):
         return (Pipeline, (self.text, self.classes))
@@ -55,13 +74,15 @@ class Statistics:
         self._core = core
 
     @classmethod
-    def accumulate(cls, pipeline: Pipeline, source, shard=(0, 1)) -> "Statistics":
+    def accumulate(cls, pipeline: Pipeline, source, shard=(0, 1), storage_options=None) -> "Statistics":
         """Shard ``(i, n)`` of a source: every n-th row group of Parquet files (paths or
-        globs, streamed), or every n-th batch of an Arrow table."""
+        globs, local or in an object store, streamed), or every n-th batch of an Arrow
+        table."""
         table, paths = _source(source)
         i, n = shard
         if paths is not None:
-            return cls(pipeline._core.accumulate_files(paths, (i, n)))
+            with storage(storage_options):
+                return cls(pipeline._core.accumulate_files(paths, (i, n)))
         return cls(pipeline._core.accumulate(table, (i, n)))
 
     def add(self, pipeline: Pipeline, source) -> "Statistics":
@@ -92,12 +113,14 @@ class Statistics:
     def shards(self) -> list:
         return list(self._core.shards_held)
 
-    def save(self, path) -> None:
-        self._core.save(os.fspath(path))
+    def save(self, path, storage_options=None) -> None:
+        with storage(storage_options):
+            self._core.save(os.fspath(path))
 
     @classmethod
-    def load(cls, path) -> "Statistics":
-        return cls(_core.Statistics.load(os.fspath(path)))
+    def load(cls, path, storage_options=None) -> "Statistics":
+        with storage(storage_options):
+            return cls(_core.Statistics.load(os.fspath(path)))
 
     def to_bytes(self) -> bytes:
         return self._core.to_bytes()
@@ -118,11 +141,13 @@ class Model:
         self.header = json.loads(core.header_json())
 
     @classmethod
-    def load(cls, path) -> "Model":
-        return cls(_core.Model.load(os.fspath(path)))
+    def load(cls, path, storage_options=None) -> "Model":
+        with storage(storage_options):
+            return cls(_core.Model.load(os.fspath(path)))
 
-    def save(self, path) -> None:
-        self._core.save(os.fspath(path))
+    def save(self, path, storage_options=None) -> None:
+        with storage(storage_options):
+            self._core.save(os.fspath(path))
 
     def to_bytes(self) -> bytes:
         return self._core.to_bytes()

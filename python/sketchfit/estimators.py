@@ -17,7 +17,7 @@ from sklearn.utils.validation import assert_all_finite, check_is_fitted, column_
 from . import _core
 from ._inputs import arrow_table, expand_paths, features_table, is_arrow, is_paths, label_array, table_for, with_columns
 from ._spec import pipeline_text, seed_of, stage_dicts
-from .core import Model, Statistics
+from .core import Model, Statistics, storage
 
 DEFAULT_STAGES = ({"kind": "rff", "dim": 1024},)
 LABEL = "label"
@@ -96,9 +96,10 @@ class _SketchModel(BaseEstimator):
         """The trained :class:`sketchfit.Model` (save it with ``model_.save(path)``)."""
         return self._ensure_model()
 
-    def save(self, path) -> None:
-        """Writes the model file (the command line's ``predict`` and ``inspect`` read it)."""
-        self._ensure_model().save(path)
+    def save(self, path, storage_options=None) -> None:
+        """Writes the model file (the command line's ``predict`` and ``inspect`` read it),
+        locally or to an object store (never replacing an object there)."""
+        self._ensure_model().save(path, storage_options)
 
     def __getstate__(self):
         state = self.__dict__.copy()
@@ -174,11 +175,12 @@ class _SketchModel(BaseEstimator):
             self._stats, self._model = Statistics(out), None
             self._ensure_model()
 
-    def _fit_files(self, paths, data: dict):
+    def _fit_files(self, paths, data: dict, storage_options=None):
         self._set_pipeline(self._text(data, seed_of(self.random_state)), None)
         self._stats = None
         self._from_files = True
-        self._model = Model(self._pipeline.fit_files(paths))
+        with storage(storage_options):
+            self._model = Model(self._pipeline.fit_files(paths))
         f = self._model.header["features"]
         self.n_features_in_ = f["dim"]
         if not f["list"]:
@@ -259,11 +261,12 @@ class SketchRidgeClassifier(ClassifierMixin, _SketchModel):
         check_classification_targets(y)
         return y
 
-    def fit(self, X, y=None):
+    def fit(self, X, y=None, storage_options=None):
         """Fits on X (NumPy, pyarrow, polars, pandas) and labels y, or on Parquet paths
-        (``fit("train/*.parquet")``, label column ``label`` unless ``y`` names it)."""
+        (``fit("train/*.parquet")`` or ``fit("s3://bucket/train/*.parquet",
+        storage_options={...})``, label column ``label`` unless ``y`` names it)."""
         if is_paths(X):
-            self._fit_files(expand_paths(X), {"label": y or LABEL})
+            self._fit_files(expand_paths(X), {"label": y or LABEL}, storage_options)
             self.classes_ = np.asarray(self._model.classes)
             return self
         return self._fit(X, y, classes=None, incremental=False)
@@ -329,14 +332,15 @@ class SketchRidgeRegressor(RegressorMixin, _SketchModel):
         self.random_state = random_state
         self.n_jobs = n_jobs
 
-    def fit(self, X, y=None):
-        """Fits on X and targets y (1-D, or 2-D for several), or on Parquet paths with
-        ``y`` the target column name(s)."""
+    def fit(self, X, y=None, storage_options=None):
+        """Fits on X and targets y (1-D, or 2-D for several), or on Parquet paths (local
+        or in an object store, with ``storage_options``) with ``y`` the target column
+        name(s)."""
         if is_paths(X):
             targets = [y] if isinstance(y, str) else list(y or [])
             if not targets:
                 raise ValueError("fitting on files needs y: the target column name(s)")
-            self._fit_files(expand_paths(X), {"targets": targets})
+            self._fit_files(expand_paths(X), {"targets": targets}, storage_options)
             self._single = len(targets) == 1
             return self
         return self._fit(X, y, incremental=False)

@@ -16,11 +16,12 @@ use sketchfit::source::Classes;
 use sketchfit::{Error, Model, Pipeline, Statistics};
 
 /// The library's error as the Python exception a user expects: bad input or settings
-/// are `ValueError`, file trouble `OSError`, a refused memory plan `MemoryError`.
+/// are `ValueError` (a missing object or an existing output in a store among them), file
+/// and network trouble `OSError`, a refused memory plan `MemoryError`.
 fn py_err(e: Error) -> PyErr {
-    let message = e.to_string();
+    let message = sketchfit::remote::redact(&e.to_string());
     match e {
-        Error::Io { .. } => PyOSError::new_err(message),
+        Error::Io { .. } | Error::Remote { transient: true, .. } => PyOSError::new_err(message),
         Error::Memory { .. } => PyMemoryError::new_err(message),
         Error::Internal { .. } => PyRuntimeError::new_err(message),
         _ => PyValueError::new_err(message),
@@ -340,6 +341,16 @@ fn kinds() -> PyResult<String> {
         .map_err(|e| PyRuntimeError::new_err(format!("the family list as JSON: {e}")))
 }
 
+/// Sets the object-store options of the calls that follow (`storage_options`, the
+/// command line's `--storage-option` layer); returns the ones they replace.
+#[pyfunction]
+fn set_storage_options(pairs: Vec<(String, String)>) -> Vec<(String, String)> {
+    use sketchfit::remote::{layer_options, set_options, Layer};
+    let previous = layer_options(Layer::CommandLine);
+    set_options(Layer::CommandLine, &pairs);
+    previous
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyPipeline>()?;
@@ -348,6 +359,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyFeatureMap>()?;
     m.add_function(wrap_pyfunction!(values_address, m)?)?;
     m.add_function(wrap_pyfunction!(kinds, m)?)?;
+    m.add_function(wrap_pyfunction!(set_storage_options, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

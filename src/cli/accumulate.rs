@@ -42,9 +42,7 @@ pub fn run(a: Args) -> Result<()> {
     let spec = PipelineSpec::load(&a.pipeline, &set)?;
     let checked = spec.check()?;
     let shard = parse_shard(&a.shard)?;
-    let mut ck = a.output.clone().into_os_string();
-    ck.push(".ckpt");
-    let checkpoint: PathBuf = ck.into();
+    let checkpoint: PathBuf = super::checkpoint_for(&a.output);
     let opts = RunOptions {
         progress: !a.quiet,
         checkpoint: (spec.run.checkpoint_every > 0).then(|| checkpoint.clone()),

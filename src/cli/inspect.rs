@@ -41,7 +41,11 @@ pub fn run(a: Args) -> Result<()> {
         let text = serde_json::to_string_pretty(h).map_err(|e| Error::bug_from("the report serialises", e))?;
         return super::print_out(&(text + "\n"));
     }
-    let size = std::fs::metadata(&a.model).map(|m| m.len()).unwrap_or(0);
+    let size = if sketchfit::remote::is_remote(&a.model) {
+        sketchfit::remote::Object::open(&a.model).map(|o| o.size()).unwrap_or(0)
+    } else {
+        std::fs::metadata(sketchfit::remote::local(&a.model)).map(|m| m.len()).unwrap_or(0)
+    };
     let mut s = format!(
         "model: {} ({size} bytes, format {} v{}, written by sketchfit {})\n",
         a.model.display(),

@@ -24,6 +24,11 @@ use sketchfit::error::Error;
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// An object-store option, KEY=VALUE, repeatable, on any command (aws_endpoint,
+    /// aws_region, allow_http, timeout, max_retries, …): over the pipeline's [storage]
+    /// table and the environment's AWS_/GOOGLE_/AZURE_ variables.
+    #[arg(long = "storage-option", global = true, value_name = "KEY=VALUE")]
+    storage_option: Vec<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -60,7 +65,26 @@ pub fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    let result = match cli.command {
+    let result = sketchfit::remote::parse_pairs(&cli.storage_option, "--storage-option")
+        .map(|pairs| sketchfit::remote::set_options(sketchfit::remote::Layer::CommandLine, &pairs))
+        .and_then(|()| run(cli.command));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // Credentials never reach the terminal, whatever error carried them.
+            eprintln!("error: {}", sketchfit::remote::redact(&e.to_string()));
+            let mut src = std::error::Error::source(&e);
+            while let Some(s) = src {
+                eprintln!("  caused by: {}", sketchfit::remote::redact(&s.to_string()));
+                src = s.source();
+            }
+            ExitCode::from(if e.is_user_error() { 2 } else { 1 })
+        }
+    }
+}
+
+fn run(command: Command) -> Result<(), Error> {
+    match command {
         Command::Train(a) => train::run(a),
         Command::Predict(a) => predict::run(a),
         Command::Evaluate(a) => evaluate::run(a),
@@ -71,19 +95,35 @@ pub fn main() -> ExitCode {
         Command::Solve(a) => solve::run(a),
         Command::Mmd(a) => mmd::run(a),
         Command::Embed(a) => embed::run(a),
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            let mut src = std::error::Error::source(&e);
-            while let Some(s) = src {
-                eprintln!("  caused by: {s}");
-                src = s.source();
-            }
-            ExitCode::from(if e.is_user_error() { 2 } else { 1 })
-        }
     }
+}
+
+/// The default checkpoint of an output: beside it for a local file; in the working
+/// directory, named after the object, for an output in an object store (a checkpoint is
+/// rewritten as the pass goes, which an object that is never replaced cannot be).
+fn checkpoint_for(output: &std::path::Path) -> std::path::PathBuf {
+    let mut p = if sketchfit::remote::is_remote(output) {
+        output.file_name().map(std::ffi::OsString::from).unwrap_or_else(|| "sketchfit".into())
+    } else {
+        output.as_os_str().to_os_string()
+    };
+    p.push(".ckpt");
+    p.into()
+}
+
+/// Refuses a checkpoint in an object store.
+fn check_checkpoint(path: &std::path::Path) -> Result<(), Error> {
+    if sketchfit::remote::is_remote(path) {
+        return Err(Error::config(
+            "pipeline",
+            "run.checkpoint",
+            format!(
+                "'{}' is in an object store; a checkpoint is rewritten as the pass goes: give a local path",
+                path.display()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The reporter of a command: every line to stderr unless `quiet`.

@@ -38,13 +38,11 @@ pub fn run(a: Args) -> Result<()> {
     let spec = PipelineSpec::load(&a.pipeline, &set)?;
     let checked = spec.check()?;
     let quiet = a.quiet;
-    let checkpoint = (spec.run.checkpoint_every > 0).then(|| {
-        spec.run.checkpoint.clone().unwrap_or_else(|| {
-            let mut p = a.output.clone().into_os_string();
-            p.push(".ckpt");
-            p.into()
-        })
-    });
+    let checkpoint = (spec.run.checkpoint_every > 0)
+        .then(|| spec.run.checkpoint.clone().unwrap_or_else(|| super::checkpoint_for(&a.output)));
+    if let Some(c) = &checkpoint {
+        super::check_checkpoint(c)?;
+    }
     // Test files are read after training: register them now so that an output onto
     // one of them is refused before the pass, not after it.
     for t in sketchfit::source::expand_paths(&spec.data.test).unwrap_or_default() {

@@ -319,7 +319,8 @@ pub fn read_file<H: Header>(mut f: std::fs::File, keep: bool) -> std::result::Re
 /// [`checksum`] gives it for the file's bytes).
 pub fn file_checksum(path: &std::path::Path) -> std::io::Result<String> {
     use std::io::Read;
-    let mut f = std::fs::File::open(path)?;
+    // Through the run's input path, so a part in an object store is read as any other.
+    let mut f = crate::atomic::open_own(path).map_err(|e| std::io::Error::other(e.to_string()))?;
     let mut h = Fnv::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {

@@ -74,6 +74,8 @@ pub struct Facts {
     pub files: usize,
     /// The maps' dense random parameters (a bound).
     pub map_bytes: u64,
+    /// Row-group bytes fetched from an object store held at once (0 for local files).
+    pub fetch_bytes: u64,
 }
 
 /// How ridge is solved on Gram statistics.
@@ -479,7 +481,7 @@ impl Planner<'_> {
             held_out += 2 * GramStats::bytes_for(dim, c) + (k * 41 * dim * c * 8) as u64;
         }
         // Statistics read from parts are in memory already, and no pass runs.
-        let resident = if self.opts.from_parts { f.map_bytes } else { stats + buffers + f.map_bytes };
+        let resident = if self.opts.from_parts { f.map_bytes } else { stats + buffers + f.fetch_bytes + f.map_bytes };
         let needed = resident + held_out + solve;
         let what = match (checked.semi, refit) {
             _ if checked.candidates.is_some() => ", one per kernel candidate",
@@ -489,7 +491,10 @@ impl Planner<'_> {
             (false, true) => ", training and validation",
             (false, false) => "",
         };
-        let maps = if f.map_bytes > 0 { format!(", maps {}", mib(f.map_bytes)) } else { String::new() };
+        let mut maps = if f.map_bytes > 0 { format!(", maps {}", mib(f.map_bytes)) } else { String::new() };
+        if f.fetch_bytes > 0 && !self.opts.from_parts {
+            maps += &format!(", object-store fetches {} (the row group decoded and the next)", mib(f.fetch_bytes));
+        }
         let line = format!(
             "memory: statistics {} (D = {dim}, {} pass(es){what}), chunk buffers {}{maps}, solve {} ({} path{}); {} rows × d = {d} in {} file(s)",
             mib(stats + held_out),
@@ -534,7 +539,7 @@ impl Planner<'_> {
             mib(solve),
             f.files,
         );
-        let needed = rows + solve + buffers + f.map_bytes;
+        let needed = rows + solve + buffers + f.map_bytes + f.fetch_bytes;
         MemoryPlan { statistics: rows, buffers, solve, needed, limit: self.limit, line, hint: String::new() }
     }
 }

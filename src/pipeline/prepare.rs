@@ -124,6 +124,7 @@ impl Prepared {
             unlabeled_rows: self.unlabeled.as_ref().map_or(0, Dataset::total_rows),
             files: self.labeled.files.len() + self.unlabeled.as_ref().map_or(0, |u| u.files.len()),
             map_bytes: self.maps.iter().flat_map(|m| &m.stages).map(|s| s.param_bytes(self.labeled.dim())).sum(),
+            fetch_bytes: self.labeled.remote_bytes().max(self.unlabeled.as_ref().map_or(0, Dataset::remote_bytes)),
         }
     }
 }

@@ -237,6 +237,7 @@ fn solve_blocks(
         unlabeled_rows: 0,
         files: 0,
         map_bytes: map.stages.iter().map(|s| s.param_bytes(labels.features.dim)).sum(),
+        fetch_bytes: 0,
     };
     let plan = decide_from(checked, &facts, opts, report)?;
     let bad = |message: String| Error::BadModel { path: origin.to_path_buf(), message };

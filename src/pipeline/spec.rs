@@ -368,4 +368,8 @@ pub struct PipelineSpec {
     /// Kernel parameters tried in one pass (`stages.N.candidates`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub candidates: Option<crate::pipeline::candidate_spec::CandidateSpec>,
+    /// The `[storage]` options (credentials among them): never serialised, so never in
+    /// a model, a part or a fingerprint.
+    #[serde(skip)]
+    pub storage: Vec<(String, String)>,
 }

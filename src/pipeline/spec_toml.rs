@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::pipeline::spec::{DataSpec, Task};
 use crate::sketch::StageSpec;
 
-const TOP_KEYS: &[&str] = &["task", "passes", "data", "stages", "pca", "ridge", "solver", "run"];
+const TOP_KEYS: &[&str] = &["task", "passes", "data", "stages", "pca", "ridge", "solver", "run", "storage"];
 
 impl PipelineSpec {
     /// Reads and validates a pipeline file with `--set` overrides (`key=value`).
@@ -77,6 +77,7 @@ impl PipelineSpec {
             }
             Error::config(file, key, e.message().to_string())
         }
+        let storage = storage_options(table.remove("storage"), file)?;
         let task: Task = match table.remove("task") {
             None => Task::default(),
             Some(v) => {
@@ -128,6 +129,7 @@ impl PipelineSpec {
             solver: section(&mut table, "solver", file)?,
             run: section(&mut table, "run", file)?,
             candidates,
+            storage,
         };
         if need_train && spec.data.train.is_empty() {
             return Err(Error::config(file, "data.train", "no training files given"));
@@ -137,12 +139,42 @@ impl PipelineSpec {
     }
 }
 
+/// The `[storage]` table: `key = value` options of the object stores (strings, numbers or
+/// booleans), applied to this process's remote reads and writes under the command line's.
+fn storage_options(value: Option<toml::Value>, file: &str) -> Result<Vec<(String, String)>> {
+    let table = match value {
+        None => return Ok(Vec::new()),
+        Some(toml::Value::Table(t)) => t,
+        Some(_) => return Err(Error::config(file, "storage", "must be a table of key = \"value\" options")),
+    };
+    let mut pairs = Vec::new();
+    for (k, v) in table {
+        let v = match v {
+            toml::Value::String(s) => s,
+            toml::Value::Integer(i) => i.to_string(),
+            toml::Value::Float(f) => f.to_string(),
+            toml::Value::Boolean(b) => b.to_string(),
+            _ => return Err(Error::config(file, format!("storage.{k}"), "must be a string, number or boolean")),
+        };
+        pairs.push((k, v));
+    }
+    crate::remote::set_options(crate::remote::Layer::Pipeline, &pairs);
+    Ok(pairs)
+}
+
+/// `s` joined to the pipeline file's directory when it is a relative local path; URLs
+/// (`s3://…`, `file://…`) and absolute paths as they are.
+fn rebase(s: &mut String, base: &Path) {
+    let url = s.contains("://");
+    if !url && Path::new(s.as_str()).is_relative() {
+        *s = base.join(&*s).to_string_lossy().into_owned();
+    }
+}
+
 fn resolve_paths(table: &mut toml::Table, base: &Path) {
     if let Some(toml::Value::Table(ridge)) = table.get_mut("ridge") {
         if let Some(toml::Value::String(s)) = ridge.get_mut("code_file") {
-            if Path::new(s.as_str()).is_relative() {
-                *s = base.join(&*s).to_string_lossy().into_owned();
-            }
+            rebase(s, base);
         }
     }
     let Some(toml::Value::Table(data)) = table.get_mut("data") else {
@@ -153,18 +185,13 @@ fn resolve_paths(table: &mut toml::Table, base: &Path) {
             Some(toml::Value::Array(a)) => {
                 for v in a.iter_mut() {
                     if let toml::Value::String(s) = v {
-                        if Path::new(s.as_str()).is_relative() {
-                            *s = base.join(&*s).to_string_lossy().into_owned();
-                        }
+                        rebase(s, base);
                     }
                 }
             }
             Some(toml::Value::String(s)) => {
-                let p = if Path::new(s.as_str()).is_relative() {
-                    base.join(&*s).to_string_lossy().into_owned()
-                } else {
-                    s.clone()
-                };
+                let mut p = s.clone();
+                rebase(&mut p, base);
                 data.insert(key.into(), toml::Value::Array(vec![toml::Value::String(p)]));
             }
             _ => {}

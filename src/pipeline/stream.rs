@@ -23,7 +23,10 @@ pub fn stream(
     let (tx, rx) = crossbeam_channel::bounded::<Result<Chunk>>(2);
     std::thread::scope(|scope| {
         scope.spawn(move || {
-            for &unit in units {
+            for (k, &unit) in units.iter().enumerate() {
+                if let Some(&next) = units.get(k + 1) {
+                    dataset.prefetch(next);
+                }
                 let mut send = |c: Chunk| {
                     tx.send(Ok(c)).map_err(|_| Error::bug("the consumer of a stream stops only on its own error"))
                 };
@@ -72,7 +75,10 @@ pub fn stream_ordered<S: Default, T: Send>(
     std::thread::scope(|scope| {
         scope.spawn(move || {
             let mut seq = 0;
-            for &unit in units {
+            for (k, &unit) in units.iter().enumerate() {
+                if let Some(&next) = units.get(k + 1) {
+                    dataset.prefetch(next);
+                }
                 let mut send = |c: Chunk| {
                     token_rx.recv().map_err(|_| Error::bug("consumer stopped"))?;
                     job_tx.send((seq, Ok(c))).map_err(|_| Error::bug("workers stopped"))?;
@@ -181,7 +187,11 @@ pub fn stream_mapped<M: Send>(
     std::thread::scope(|scope| {
         let reader = scope.spawn(move || {
             let (start, mut blocked) = (Instant::now(), 0.0);
-            for &(ds, unit, tag) in units {
+            for (k, &(ds, unit, tag)) in units.iter().enumerate() {
+                // The next unit's bytes come while this one is decoded (remote files).
+                if let Some(&(next_ds, next, _)) = units.get(k + 1) {
+                    next_ds.prefetch(next);
+                }
                 let mut send = |c: Chunk| {
                     let t = Instant::now();
                     let r = tx.send(Ok(Read::Chunk(tag, c))).map_err(|_| Error::bug("consumer stopped"));

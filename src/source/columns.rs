@@ -164,6 +164,13 @@ pub(super) fn first_list_len(file: &InputFile, name: &str) -> Result<usize> {
             .ok_or_else(|| Error::data(loc.clone(), "no rows to take the list length from"))?
             .project(&[idx])
             .map_err(|e| Error::data(loc.clone(), format!("cannot select the column: {e}")))?,
+        Backing::Remote(meta, object) => {
+            let fetched = super::remote::Prefetch::start(object, meta, 0, 0, &[idx])?.wait()?;
+            super::remote::reader(fetched, meta, (0, vec![idx]), 1, Some(1), &loc)?
+                .next()
+                .ok_or_else(|| Error::data(loc.clone(), "no rows to take the list length from"))?
+                .map_err(|e| Error::Parquet { location: loc.clone(), source: e.into() })?
+        }
         Backing::Parquet(meta) => {
             let handle = crate::atomic::open_input(&file.path)?;
             let mut reader = ParquetRecordBatchReaderBuilder::new_with_metadata(handle, meta.clone())

@@ -7,25 +7,28 @@
 //! names its file, row group, row and column.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Float32Type, Float64Type, Int64Type};
 use arrow_array::{ArrayRef, RecordBatch};
-use arrow_schema::{DataType, Field, Schema, SchemaRef};
-use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder};
+use arrow_schema::{DataType, Schema, SchemaRef};
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ParquetRecordBatchReaderBuilder};
 use parquet::arrow::ProjectionMask;
 
 use crate::error::{Error, Location, Result};
 
 mod columns;
 mod folds;
+mod input;
 mod labels;
+mod remote;
 
 use columns::{cast_to, check_no_nulls_at, column_indices, list_to_rows, resolve_features};
 pub use columns::{ColumnSpec, FeatureColumns, ResolvedFeatures};
 pub use folds::fold_of;
+use input::{open_file, reader_options};
 pub use labels::Classes;
 use labels::{is_label_type, label_values};
 
@@ -71,7 +74,12 @@ pub struct InputFile {
 #[derive(Debug, Clone)]
 pub(super) enum Backing {
     Parquet(ArrowReaderMetadata),
-    Memory { schema: SchemaRef, batches: Arc<[RecordBatch]> },
+    /// Parquet in an object store, read by range.
+    Remote(ArrowReaderMetadata, Arc<crate::remote::Object>),
+    Memory {
+        schema: SchemaRef,
+        batches: Arc<[RecordBatch]>,
+    },
 }
 
 /// A set of Parquet files with one checked layout.
@@ -86,16 +94,34 @@ pub struct Dataset {
     /// Feature buffers of consumed chunks, reused by the next chunks: a fresh buffer per
     /// chunk is tens of MiB of page faults and zeroing (the system time of scoring).
     spare: std::sync::Arc<std::sync::Mutex<Vec<Vec<f32>>>>,
+    /// Row groups of files in an object store being fetched ahead of their reading
+    /// ([`Dataset::prefetch`]), at most [`PREFETCH_UNITS`].
+    prefetched: std::sync::Arc<std::sync::Mutex<Vec<remote::Prefetch>>>,
 }
+
+/// Row groups of a remote file fetched ahead of the one being decoded.
+pub const PREFETCH_UNITS: usize = 1;
 
 pub(super) fn is_glob(s: &str) -> bool {
     s.contains(['*', '?', '['])
 }
 
 /// Expands paths and globs (each glob sorted); a glob that matches nothing is an error.
+/// A URL's glob lists its prefix in the object store; `file://` URLs are local paths.
 pub fn expand_paths(patterns: &[PathBuf]) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for p in patterns {
+        crate::remote::check_scheme(p)?;
+        if crate::remote::is_remote(p) {
+            let s = p.to_string_lossy();
+            if is_glob(&s) {
+                out.extend(crate::remote::glob(&s)?);
+            } else {
+                out.push(p.clone());
+            }
+            continue;
+        }
+        let p = &crate::remote::local(p);
         let s = p.to_string_lossy();
         if is_glob(&s) {
             let paths = glob::glob(&s).map_err(|e| Error::config("input", s.to_string(), format!("bad glob: {e}")))?;
@@ -120,124 +146,6 @@ pub(super) fn describe_columns(schema: &Schema) -> String {
     let names: Vec<&str> = schema.fields().iter().take(12).map(|f| f.name().as_str()).collect();
     let more = if schema.fields().len() > 12 { ", …" } else { "" };
     format!("{}{more}", names.join(", "))
-}
-
-/// How footers are read: the column, page-encoding and size statistics are never used
-/// here, so they are not decoded. Besides saving the time on wide files, this reads files
-/// whose writers typed those fields otherwise than the format says (a Dremio-written size
-/// statistic as a list of i16 where the format has i64), which other readers skip too.
-fn reader_options() -> ArrowReaderOptions {
-    use parquet::file::metadata::ParquetStatisticsPolicy;
-    ArrowReaderOptions::new()
-        .with_column_stats_policy(ParquetStatisticsPolicy::SkipAll)
-        .with_encoding_stats_policy(ParquetStatisticsPolicy::SkipAll)
-        .with_size_stats_policy(ParquetStatisticsPolicy::SkipAll)
-}
-
-fn open_file(path: &Path) -> Result<InputFile> {
-    let file = crate::atomic::open_input(path)?;
-    let meta = ArrowReaderMetadata::load(&file, reader_options()).map_err(|source| {
-        // A footer field whose thrift type differs from the one the spec gives it, outside
-        // the statistics this reader skips, fails its strict decoder although other
-        // readers may skip it: say so, and how to get a readable file.
-        if source.to_string().contains("Expected list element type") {
-            return Error::data(
-                Location::file(path),
-                format!(
-                    "the file's footer has a field this Parquet reader cannot decode ({source}); other readers may \
-                     skip it: rewrite the file, e.g. pyarrow.parquet.write_table(pyarrow.parquet.read_table(IN), OUT)"
-                ),
-            );
-        }
-        Error::Parquet { location: Location::file(path), source }
-    })?;
-    Ok(InputFile { path: path.to_path_buf(), backing: Backing::Parquet(with_row_group_count(meta, path)?) })
-}
-
-/// The metadata with the file-level row count set to its row groups' sum where a writer
-/// left it otherwise (early parquet-rs wrote 0 beside a repeated struct): the decoder
-/// caps its batch size at that count, so a 0 reads no rows at all.
-fn with_row_group_count(meta: ArrowReaderMetadata, path: &Path) -> Result<ArrowReaderMetadata> {
-    use parquet::file::metadata::{FileMetaData, ParquetMetaDataBuilder};
-    let md = meta.metadata();
-    let rows: i64 = md.row_groups().iter().map(|rg| rg.num_rows().max(0)).sum();
-    let f = md.file_metadata();
-    if f.num_rows() == rows {
-        return Ok(meta);
-    }
-    let fixed = FileMetaData::new(
-        f.version(),
-        rows,
-        f.created_by().map(str::to_string),
-        f.key_value_metadata().cloned(),
-        f.schema_descr_ptr(),
-        f.column_orders().cloned(),
-    );
-    let md = ParquetMetaDataBuilder::new(fixed).set_row_groups(md.row_groups().to_vec()).build();
-    ArrowReaderMetadata::try_new(std::sync::Arc::new(md), reader_options())
-        .map_err(|source| Error::Parquet { location: Location::file(path), source })
-}
-
-impl InputFile {
-    /// The Arrow schema.
-    pub fn schema(&self) -> &Schema {
-        match &self.backing {
-            Backing::Parquet(meta) => meta.schema(),
-            Backing::Memory { schema, .. } => schema,
-        }
-    }
-    /// Rows in the file: the sum of its row groups' counts, which are what is read.
-    /// Not the file-level `num_rows`, which some writers leave at 0 (early parquet-rs,
-    /// beside a repeated struct) for a file whose row groups hold rows.
-    pub fn rows(&self) -> u64 {
-        match &self.backing {
-            Backing::Parquet(meta) => meta.metadata().row_groups().iter().map(|rg| rg.num_rows().max(0) as u64).sum(),
-            Backing::Memory { batches, .. } => batches.iter().map(|b| b.num_rows() as u64).sum(),
-        }
-    }
-    /// Row counts per row group (per batch in memory).
-    pub fn row_groups(&self) -> Vec<usize> {
-        match &self.backing {
-            Backing::Parquet(meta) => {
-                meta.metadata().row_groups().iter().map(|rg| rg.num_rows().max(0) as usize).collect()
-            }
-            Backing::Memory { batches, .. } => batches.iter().map(RecordBatch::num_rows).collect(),
-        }
-    }
-    /// Where its rows are, for messages.
-    pub fn location(&self) -> Location {
-        match self.backing {
-            Backing::Parquet(_) => Location::file(&self.path),
-            Backing::Memory { .. } => Location::memory(&self.path),
-        }
-    }
-    fn field(&self, name: &str) -> Option<&Field> {
-        self.schema().fields().iter().find(|f| f.name() == name).map(|f| f.as_ref())
-    }
-}
-
-impl InputFile {
-    /// What identifies this file's content for a resume or a shard: its path, size, and
-    /// footer (row count and each row group's rows, bytes and first column offset).
-    pub fn identity(&self) -> String {
-        let meta = match &self.backing {
-            Backing::Parquet(meta) => meta,
-            // Batches in memory cannot be resumed from or sharded; their row layout is
-            // what they are.
-            Backing::Memory { batches, .. } => {
-                let rows: Vec<String> = batches.iter().map(|b| b.num_rows().to_string()).collect();
-                return format!("{}|memory|{}", self.path.display(), rows.join(","));
-            }
-        };
-        let size = std::fs::metadata(&self.path).map(|m| m.len()).unwrap_or(0);
-        let md = meta.metadata();
-        let mut footer = format!("{}:{}", md.file_metadata().num_rows(), md.num_row_groups());
-        for rg in md.row_groups() {
-            let first = rg.columns().first().map_or(0, |c| c.data_page_offset());
-            footer += &format!(";{},{},{first}", rg.num_rows(), rg.total_byte_size());
-        }
-        format!("{}|{size}|{}", self.path.display(), crate::stats::checksum([footer.as_bytes()]))
-    }
 }
 
 impl Dataset {
@@ -356,7 +264,7 @@ impl Dataset {
                 }
             }
         }
-        Ok(Dataset { files, spec, features, spare: Default::default() })
+        Ok(Dataset { files, spec, features, spare: Default::default(), prefetched: Default::default() })
     }
 
     /// Every (file, row group) in order.
@@ -390,6 +298,23 @@ impl Dataset {
         let loc = file.location().row_group(unit.row_group);
         let meta = match &file.backing {
             Backing::Parquet(meta) => meta,
+            Backing::Remote(meta, object) => {
+                let indices = column_indices(file.schema(), names);
+                let key = (unit.file, unit.row_group, indices.clone());
+                let ahead = self
+                    .prefetched
+                    .lock()
+                    .ok()
+                    .and_then(|mut list| list.iter().position(|p| p.key == key).map(|i| list.remove(i)));
+                let fetch = match ahead {
+                    Some(p) => p,
+                    None => remote::Prefetch::start(object, meta, unit.file, unit.row_group, &indices)?,
+                };
+                let reader = remote::reader(fetch.wait()?, meta, (unit.row_group, indices), chunk_rows, None, &loc)?;
+                return Ok(Box::new(
+                    reader.map(move |b| b.map_err(|e| Error::Parquet { location: loc.clone(), source: e.into() })),
+                ));
+            }
             Backing::Memory { batches, schema } => {
                 let idx = column_indices(schema, names);
                 let batch = batches
@@ -423,12 +348,58 @@ impl Dataset {
         }
     }
 
-    /// Reads one unit in chunks of at most `chunk_rows` rows, calling `f` on each.
-    pub fn read_unit(&self, unit: Unit, chunk_rows: usize, f: &mut dyn FnMut(Chunk) -> Result<()>) -> Result<()> {
+    /// The columns a unit is read with.
+    fn names(&self) -> Vec<&str> {
         let mut names: Vec<&str> = self.features.columns.iter().map(String::as_str).collect();
         names.extend(self.spec.label.as_deref());
         names.extend(self.spec.targets.iter().map(String::as_str));
         names.extend(self.spec.keep.iter().map(String::as_str));
+        names
+    }
+
+    /// Starts fetching `unit` when its file is in an object store, so that its bytes
+    /// arrive while the unit before it is decoded ([`PREFETCH_UNITS`] ahead at most; a
+    /// local file or a fault does nothing here, the read itself reports a fault).
+    pub fn prefetch(&self, unit: Unit) {
+        self.prefetch_columns(unit, &self.names());
+    }
+
+    fn prefetch_columns(&self, unit: Unit, names: &[&str]) {
+        let Some(file) = self.files.get(unit.file) else { return };
+        let Backing::Remote(meta, object) = &file.backing else { return };
+        let indices = column_indices(file.schema(), names);
+        let Ok(mut list) = self.prefetched.lock() else { return };
+        if list.iter().any(|p| p.key == (unit.file, unit.row_group, indices.clone())) {
+            return;
+        }
+        if let Ok(p) = remote::Prefetch::start(object, meta, unit.file, unit.row_group, &indices) {
+            list.push(p);
+        }
+        while list.len() > PREFETCH_UNITS {
+            list.remove(0);
+        }
+    }
+
+    /// The fetched bytes a pass over remote files holds at most: the unit being decoded
+    /// and the ones fetched ahead, each the largest row group's projected chunks (0 for
+    /// local files).
+    pub fn remote_bytes(&self) -> u64 {
+        let names = self.names();
+        let largest = self
+            .files
+            .iter()
+            .filter_map(|f| match &f.backing {
+                Backing::Remote(meta, _) => Some(remote::largest_unit(meta, &column_indices(f.schema(), &names))),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        largest * (PREFETCH_UNITS as u64 + 1)
+    }
+
+    /// Reads one unit in chunks of at most `chunk_rows` rows, calling `f` on each.
+    pub fn read_unit(&self, unit: Unit, chunk_rows: usize, f: &mut dyn FnMut(Chunk) -> Result<()>) -> Result<()> {
+        let names = self.names();
         let file = &self.files[unit.file];
         let mut first_row = 0;
         for batch in self.batches(unit, &names, chunk_rows)? {
@@ -521,7 +492,11 @@ impl Dataset {
         let is_int = self.files[0].field(name).is_some_and(|f| label_values(f.data_type()).is_integer());
         let mut ints = BTreeSet::new();
         let mut strs = BTreeSet::new();
-        for unit in self.units() {
+        let units = self.units();
+        for (k, &unit) in units.iter().enumerate() {
+            if let Some(&next) = units.get(k + 1) {
+                self.prefetch_columns(next, &[name]);
+            }
             let mut first_row = 0;
             for batch in self.batches(unit, &[name], 65_536)? {
                 let batch = batch?;

@@ -88,3 +88,36 @@ fn fifos_directories_and_symlink_loops_are_refused_not_waited_on() {
         assert!(stderr(&out).contains("f.parquet") && stderr(&out).contains("not a regular file"), "{}", stderr(&out));
     }
 }
+
+/// `file://` URLs are local paths everywhere (inputs, globs, models, outputs); a scheme no
+/// store reads is refused by name before anything is read; a checkpoint in an object
+/// store is refused (it is rewritten as the pass goes).
+#[test]
+fn file_urls_are_local_paths_and_unknown_schemes_are_refused() {
+    let dir = TempDir::new("urls");
+    write_parquet(&dir.path("t.parquet"), good_columns(60), 20);
+    let url = |f: &str| format!("file://{}", dir.path(f).to_string_lossy());
+    let p = pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", "[pca]\ncomponents = 4");
+    let plain = sketchfit(&["train", &p, "-o", dir.path("a.sfm").to_str().unwrap(), "-q"]);
+    assert_eq!(plain.status.code(), Some(0), "{}", stderr(&plain));
+    let glob = format!("data.train=[\"{}\"]", url("t*.parquet"));
+    let via = sketchfit(&["train", &p, "--set", &glob, "-o", &url("b.sfm"), "-q"]);
+    assert_eq!(via.status.code(), Some(0), "{}", stderr(&via));
+    let (a, b) = (std::fs::read(dir.path("a.sfm")).unwrap(), std::fs::read(dir.path("b.sfm")).unwrap());
+    let arrays = |m: &[u8]| m[8 + u64::from_le_bytes(m[..8].try_into().unwrap()) as usize..].to_vec();
+    assert_eq!(arrays(&a), arrays(&b), "the same data through a file:// URL trains the same model");
+    let pred = sketchfit(&["predict", &url("b.sfm"), "-i", &url("t.parquet"), "-o", &url("p.parquet")]);
+    assert_eq!(pred.status.code(), Some(0), "{}", stderr(&pred));
+    assert!(dir.path("p.parquet").exists());
+
+    let s4 = sketchfit(&["train", &p, "--set", "data.train=[\"s4://bucket/t.parquet\"]", "-o", &url("c.sfm")]);
+    assert_eq!(s4.status.code(), Some(2));
+    assert!(stderr(&s4).contains("'s4://' is not a storage scheme"), "{}", stderr(&s4));
+    let ck = sketchfit(&["train", &p, "--set", "run.checkpoint=\"s3://bucket/m.ckpt\"", "-o", &url("c.sfm")]);
+    assert_eq!(ck.status.code(), Some(2));
+    assert!(stderr(&ck).contains("run.checkpoint") && stderr(&ck).contains("local path"), "{}", stderr(&ck));
+    let opt = sketchfit(&["train", &p, "--storage-option", "novalue", "-o", &url("c.sfm")]);
+    assert_eq!(opt.status.code(), Some(2));
+    assert!(stderr(&opt).contains("--storage-option"), "{}", stderr(&opt));
+    assert!(!dir.path("c.sfm").exists());
+}

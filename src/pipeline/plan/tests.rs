@@ -43,6 +43,7 @@ fn facts(rows: u64, dim: usize) -> Facts {
         unlabeled_rows: 0,
         files: 1,
         map_bytes: 0,
+        fetch_bytes: 0,
     }
 }
 

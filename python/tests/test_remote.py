@@ -1,0 +1,372 @@
+"""Data and models in an object store, against a real S3 server (moto_server on
+127.0.0.1, started by scripts/test.sh, or here when the tests run alone): a run on
+``s3://`` gives the local run's model and predictions; an existing object is never
+replaced; each fault is a clear error within the retry budget; a pass cut by the network
+resumes from its checkpoint. Every client gets dummy credentials, so none asks a cloud
+metadata address."""
+
+import os
+import pathlib
+import shutil
+import socket
+import struct
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import boto3
+import pytest
+
+import sketchfit as sf
+
+from conftest import REPO
+
+CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing-key",
+    "AWS_SECRET_ACCESS_KEY": "testing-secret-value",
+    "AWS_REGION": "us-east-1",
+    "AWS_ALLOW_HTTP": "true",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint():
+    given = os.environ.get("SKETCHFIT_TEST_S3")
+    if given:
+        yield given
+        return
+    exe = shutil.which("moto_server", path=os.path.dirname(sys.executable)) or shutil.which("moto_server")
+    assert exe, "moto_server is not installed (pip install 'moto[server]')"
+    port = _free_port()
+    proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    yield url
+    proc.kill()
+    proc.wait()
+
+
+@pytest.fixture(scope="session")
+def env(s3_endpoint):
+    e = {**os.environ, **CREDENTIALS, "AWS_ENDPOINT_URL": s3_endpoint}
+    os.environ.update({**CREDENTIALS, "AWS_ENDPOINT_URL": s3_endpoint})
+    return e
+
+
+@pytest.fixture(scope="session")
+def s3(env, s3_endpoint):
+    return boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1",
+                        aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"], aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
+
+
+_BUCKETS = iter(range(10**6))
+
+
+@pytest.fixture()
+def bucket(s3):
+    name = f"sf-test-{os.getpid()}-{next(_BUCKETS)}"
+    s3.create_bucket(Bucket=name)
+    return name
+
+
+def _bin():
+    path = os.environ.get("SKETCHFIT_BIN") or str(REPO / "target" / "debug" / "sketchfit")
+    assert os.path.exists(path), f"no sketchfit binary at {path}"
+    return path
+
+
+def run(env, *args, timeout=300, cwd=None):
+    start = time.monotonic()
+    r = subprocess.run([_bin(), *map(str, args)], capture_output=True, text=True, env=env, timeout=timeout, cwd=cwd)
+    r.seconds = time.monotonic() - start
+    return r
+
+
+def ok(env, *args, cwd=None):
+    r = run(env, *args, cwd=cwd)
+    assert r.returncode == 0, f"sketchfit {' '.join(map(str, args))} failed ({r.returncode}): {r.stderr}"
+    return r.stdout
+
+
+def _get(s3, bucket, key):
+    return s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+
+
+def _arrays(blob: bytes) -> bytes:
+    """A model file's arrays (everything after its header): the models of a local and a
+    remote run differ only in the data paths their header records."""
+    n = struct.unpack("<Q", blob[:8])[0]
+    return blob[8 + n:]
+
+
+def _header(blob: bytes) -> dict:
+    n = struct.unpack("<Q", blob[:8])[0]
+    return json.loads(json.loads(blob[8:8 + n])["__metadata__"]["sketchfit"])
+
+
+PIPELINE = """
+task = "classification"
+[data]
+train = ["{train}"]
+features = ["px*"]
+label = "label"
+[[stages]]
+kind = "tensor_sketch"
+degree = 3
+offset = 1.0
+dim = 1024
+normalize = "l2"
+[pca]
+components = 256
+[ridge]
+lambda = "gcv"
+[run]
+seed = 7
+checkpoint_every = 1
+chunk_rows = 100
+"""
+
+
+def _digits_parts(tmp_path, parts=4):
+    """The digits' training rows as `parts` files of several row groups each."""
+    t = pq.read_table(REPO / "data" / "digits_train.parquet")
+    out = []
+    for i, idx in enumerate(np.array_split(np.arange(t.num_rows), parts)):
+        p = tmp_path / f"part-{i}.parquet"
+        pq.write_table(t.take(idx), p, row_group_size=100)
+        out.append(p)
+    return out
+
+
+def _upload(s3, bucket, files, prefix="train"):
+    for f in files:
+        s3.upload_file(str(f), bucket, f"{prefix}/{pathlib.Path(f).name}")
+
+
+def test_train_accumulate_solve_and_predict_on_s3_give_the_local_results(env, s3, bucket, tmp_path):
+    files = _digits_parts(tmp_path)
+    _upload(s3, bucket, files)
+    local_toml = tmp_path / "local.toml"
+    local_toml.write_text(PIPELINE.format(train=tmp_path / "part-*.parquet"))
+    remote_toml = tmp_path / "remote.toml"
+    remote_toml.write_text(PIPELINE.format(train=f"s3://{bucket}/train/part-*.parquet"))
+    ok(env, "train", local_toml, "-o", tmp_path / "local.sfm", "--quiet")
+    # A remote output's checkpoint is local, in the working directory, and removed at the end.
+    out = ok(env, "train", remote_toml, "-o", f"s3://{bucket}/models/m.sfm", "--quiet", cwd=tmp_path)
+    assert f"model written to s3://{bucket}/models/m.sfm" in out
+    local = (tmp_path / "local.sfm").read_bytes()
+    remote = _get(s3, bucket, "models/m.sfm")
+    # Byte for byte the same arrays; the header differs only in the data paths it records.
+    assert _arrays(remote) == _arrays(local)
+    hl, hr = _header(local), _header(remote)
+    assert hr["pipeline"]["data"]["train"] == [f"s3://{bucket}/train/part-*.parquet"]
+    for h in (hl, hr):
+        h["pipeline"]["data"]["train"] = None
+        h["pipeline"].pop("source", None)  # the pipeline file's name
+        h.pop("checksum")
+    assert hl == hr
+    assert not (tmp_path / "m.sfm.ckpt").exists()
+
+    # Shards to the store, solved from the store: the same predictions as the local model.
+    for i in range(2):
+        ok(env, "accumulate", remote_toml, "--shard", f"{i}/2", "-o", f"s3://{bucket}/parts/p{i}.sfs", "--quiet")
+    ok(env, "solve", remote_toml, f"s3://{bucket}/parts/p0.sfs", f"s3://{bucket}/parts/p1.sfs",
+       "-o", f"s3://{bucket}/models/solved.sfm", "--quiet")
+
+    # predict: model and rows from the store, predictions to it, byte-identical to local.
+    s3.upload_file(str(REPO / "data" / "digits_test.parquet"), bucket, "test/digits_test.parquet")
+    ok(env, "predict", tmp_path / "local.sfm", "-i", REPO / "data" / "digits_test.parquet", "-o", tmp_path / "pred.parquet")
+    for model in ("models/m.sfm", "models/solved.sfm"):
+        key = f"pred/{model.split('/')[1]}.parquet"
+        ok(env, "predict", f"s3://{bucket}/{model}", "-i", f"s3://{bucket}/test/*.parquet", "-o", f"s3://{bucket}/{key}")
+        assert _get(s3, bucket, key) == (tmp_path / "pred.parquet").read_bytes()
+
+    # An existing object is never replaced, and its bytes stay as they were.
+    before = _get(s3, bucket, "models/m.sfm")
+    r = run(env, "train", remote_toml, "-o", f"s3://{bucket}/models/m.sfm", "--quiet")
+    assert r.returncode == 2 and "exists" in r.stderr and "never replaces" in r.stderr
+    assert _get(s3, bucket, "models/m.sfm") == before
+    r = run(env, "predict", tmp_path / "local.sfm", "-i", REPO / "data" / "digits_test.parquet", "-o", f"s3://{bucket}/pred/m.sfm.parquet")
+    assert r.returncode == 2 and "exists" in r.stderr
+    # An output onto an input is refused by its URL.
+    r = run(env, "predict", tmp_path / "local.sfm", "-i", f"s3://{bucket}/test/digits_test.parquet", "-o", f"s3://{bucket}/test/digits_test.parquet")
+    assert r.returncode == 2 and ("input" in r.stderr or "exists" in r.stderr)
+
+
+def test_the_python_package_reads_and_writes_the_store(env, s3, bucket, tmp_path, s3_endpoint):
+    files = _digits_parts(tmp_path, parts=2)
+    _upload(s3, bucket, files)
+    opts = {"aws_endpoint": s3_endpoint, "allow_http": True, "aws_region": "us-east-1"}
+    est = sf.SketchRidgeClassifier(stages=[{"kind": "rff", "dim": 512}], alpha=0.01, random_state=3)
+    remote = est.fit(f"s3://{bucket}/train/part-*.parquet", "label", storage_options=opts)
+    local = sf.SketchRidgeClassifier(stages=[{"kind": "rff", "dim": 512}], alpha=0.01, random_state=3).fit(
+        [str(f) for f in files], "label")
+    test = pq.read_table(REPO / "data" / "digits_test.parquet").drop(["label"])
+    np.testing.assert_array_equal(remote.decision_function(test), local.decision_function(test))
+    remote.save(f"s3://{bucket}/py/model.sfm", storage_options=opts)
+    back = sf.Model.load(f"s3://{bucket}/py/model.sfm", storage_options=opts)
+    np.testing.assert_array_equal(back.decision_function(test), local.decision_function(test))
+    pipe = sf.Pipeline('task = "classification"\n[data]\ntrain = []\nfeatures = ["px*"]\nlabel = "label"\n'
+                       '[[stages]]\nkind = "rff"\ndim = 256\n[ridge]\nlambda = 0.01\n[run]\nseed = 2\n')
+    parts = [sf.Statistics.accumulate(pipe, f"s3://{bucket}/train/part-*.parquet", shard=(i, 2), storage_options=opts)
+             for i in range(2)]
+    parts[0].save(f"s3://{bucket}/py/p0.sfs", storage_options=opts)
+    p0 = sf.Statistics.load(f"s3://{bucket}/py/p0.sfs", storage_options=opts)
+    merged = p0.merge(parts[1]).solve(pipe)
+    # The same shards of the local files, merged alike: the same model exactly (and the
+    # one-process fit to rounding, its sums added in another order).
+    here = [sf.Statistics.accumulate(pipe, [str(f) for f in files], shard=(i, 2)) for i in range(2)]
+    np.testing.assert_array_equal(merged.decision_function(test), here[0].merge(here[1]).solve(pipe).decision_function(test))
+    single = pipe.fit([str(f) for f in files]).decision_function(test)
+    np.testing.assert_allclose(merged.decision_function(test), single, rtol=1e-10, atol=1e-12)
+    with pytest.raises(ValueError, match="never replaces"):
+        remote.save(f"s3://{bucket}/py/model.sfm", storage_options=opts)
+
+
+def test_faults_are_clear_errors_within_the_retry_budget(env, s3, bucket, tmp_path):
+    files = _digits_parts(tmp_path, parts=1)
+    _upload(s3, bucket, files)
+    model = tmp_path / "m.sfm"
+    toml = tmp_path / "p.toml"
+
+    def train(url, out=model, *extra, e=env):
+        toml.write_text(PIPELINE.format(train=url))
+        return run(e, "train", toml, "-o", out, "--quiet", *extra)
+
+    r = train(f"s3://{bucket}/train/missing.parquet")
+    assert r.returncode == 2 and f"s3://{bucket}/train/missing.parquet" in r.stderr and "no such object" in r.stderr
+    r = train("s3://no-such-bucket-here/train/part-0.parquet")
+    assert r.returncode == 2 and "no such" in r.stderr
+    r = train(f"s3://{bucket}/train/nothing-*.parquet")
+    assert r.returncode == 2 and "no object matches" in r.stderr
+    r = train("s4://bucket/x.parquet")
+    assert r.returncode == 2 and "not a storage scheme" in r.stderr
+    # A truncated object: its footer is gone.
+    blob = files[0].read_bytes()
+    s3.put_object(Bucket=bucket, Key="bad/cut.parquet", Body=blob[: len(blob) // 2])
+    r = train(f"s3://{bucket}/bad/cut.parquet")
+    assert r.returncode == 2 and "bad/cut.parquet" in r.stderr
+    # An unknown option is named; a secret given on the command line is never printed.
+    r = train(f"s3://{bucket}/train/part-0.parquet", model, "--storage-option", "aws_no_such_key=1")
+    assert r.returncode == 2 and "aws_no_such_key" in r.stderr
+    secret = "s3cr3t-do-not-print"
+    r = train(f"s3://{bucket}/train/missing.parquet", model, "--storage-option", f"aws_secret_access_key={secret}")
+    assert r.returncode == 2 and secret not in r.stderr and secret not in r.stdout
+    # A server that accepts connections and never answers: an error within the budget
+    # (a 1 s request timeout, one retry), not a hang; nothing under the output name.
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    port = silent.getsockname()[1]
+    try:
+        e = {**env, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
+        r = train(f"s3://{bucket}/train/part-0.parquet", model, "--storage-option", "timeout=1s",
+                  "--storage-option", "max_retries=1", "--storage-option", "retry_timeout=5", e=e)
+    finally:
+        silent.close()
+    assert r.returncode == 1 and "after up to" in r.stderr, r.stderr
+    assert r.seconds < 30
+    assert not model.exists()
+    assert secret not in (tmp_path / "p.toml").read_text()
+
+
+class _CuttingProxy:
+    """A TCP proxy to the S3 server that counts the requests through it and, past
+    `limit` of them, stops forwarding and accepting: a network that fails in the middle
+    of a pass."""
+
+    def __init__(self, upstream_port, limit=None):
+        self.limit, self.requests, self.up = limit, 0, upstream_port
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.cut = threading.Event()
+        self.conns = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self.cut.is_set():
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            u = socket.create_connection(("127.0.0.1", self.up))
+            self.conns += [c, u]
+            threading.Thread(target=self._pipe, args=(c, u, True), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(u, c, False), daemon=True).start()
+
+    def _pipe(self, a, b, from_client):
+        try:
+            while not self.cut.is_set():
+                data = a.recv(65536)
+                if not data:
+                    break
+                if from_client:
+                    self.requests += data.count(b" HTTP/1.1\r\n")
+                    if self.limit is not None and self.requests > self.limit:
+                        self.close()
+                        break
+                b.sendall(data)
+        except OSError:
+            pass
+
+    def close(self):
+        self.cut.set()
+        for s in [self.sock, *self.conns]:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+
+def test_a_pass_cut_by_the_network_resumes_from_its_checkpoint(env, s3, bucket, tmp_path, s3_endpoint):
+    files = _digits_parts(tmp_path, parts=4)
+    _upload(s3, bucket, files)
+    toml = tmp_path / "p.toml"
+    toml.write_text(PIPELINE.format(train=f"s3://{bucket}/train/part-*.parquet"))
+    local = tmp_path / "local.toml"
+    local.write_text(PIPELINE.format(train=tmp_path / "part-*.parquet"))
+    ok(env, "train", local, "-o", tmp_path / "local.sfm", "--quiet")
+    upstream = int(s3_endpoint.rsplit(":", 1)[1])
+    # How many requests a whole run makes; the cut comes six before its end, in the pass
+    # (the last thing a run reads; the model is written locally).
+    counter = _CuttingProxy(upstream)
+    try:
+        ok({**env, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{counter.port}"}, "train", toml, "-o", tmp_path / "whole.sfm", "--quiet")
+    finally:
+        counter.close()
+    assert counter.requests > 20
+    proxy = _CuttingProxy(upstream, limit=counter.requests - 6)
+    try:
+        e = {**env, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{proxy.port}"}
+        model = tmp_path / "m.sfm"
+        r = run(e, "train", toml, "-o", model, "--quiet", "--storage-option", "max_retries=1",
+                "--storage-option", "retry_timeout=3")
+    finally:
+        proxy.close()
+    assert r.returncode == 1, r.stderr
+    assert "after up to" in r.stderr and "resumes from its checkpoint" in r.stderr
+    assert not model.exists() and (tmp_path / "m.sfm.ckpt").exists(), r.stderr
+    # The network is back: the run continues from its checkpoint to the local model.
+    ok(env, "train", toml, "-o", model, "--quiet", "--resume")
+    assert _arrays(model.read_bytes()) == _arrays((tmp_path / "local.sfm").read_bytes())
+    assert not (tmp_path / "m.sfm.ckpt").exists()

@@ -1,0 +1,483 @@
+//! The store operations over `object_store`, driven from synchronous code: one small
+//! tokio runtime (one worker) that reader threads block on, one store per scheme and
+//! host (its connection pool shared by every file there), bounded timeouts and retries so
+//! a server that stops answering ends in an error, never a hang.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use object_store::path::Path as Key;
+use object_store::{
+    BackoffConfig, ObjectStore, ObjectStoreExt, ObjectStoreScheme, PutMode, PutOptions, PutPayload, RetryConfig,
+};
+
+use super::{options, redact};
+use crate::error::{Error, Result};
+
+/// Retries of a request that failed transiently (a 5xx, a timeout, a reset connection).
+const MAX_RETRIES: usize = 3;
+/// No retry starts later than this after a request's first attempt.
+const RETRY_TIMEOUT: Duration = Duration::from_secs(60);
+/// One request's limit, and its connection's.
+const TIMEOUT: Duration = Duration::from_secs(30);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Objects up to this size are put in one conditional request; larger ones by a
+/// multipart upload of parts this size.
+const PART: usize = 16 << 20;
+
+fn runtime() -> Result<&'static tokio::runtime::Runtime> {
+    static RT: OnceLock<std::result::Result<tokio::runtime::Runtime, String>> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("sketchfit-io")
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())
+    })
+    .as_ref()
+    .map_err(|e| Error::io("object store runtime", std::io::Error::other(e.clone())))
+}
+
+fn block_on<F: std::future::Future>(f: F) -> Result<F::Output> {
+    Ok(runtime()?.block_on(f))
+}
+
+type Stores = Vec<(String, Arc<dyn ObjectStore>)>;
+static STORES: Mutex<Stores> = Mutex::new(Vec::new());
+
+/// Drops the stores made so far (their options changed).
+pub(super) fn forget_stores() {
+    if let Ok(mut s) = STORES.lock() {
+        s.clear();
+    }
+}
+
+/// A URL split into the store's base (`scheme://host`) and the key within it.
+fn split(url: &str) -> Result<(String, String)> {
+    let bad = |m: &str| Error::Remote { url: url.to_string(), message: m.to_string(), transient: false };
+    let (scheme, rest) = url.split_once("://").ok_or_else(|| bad("not a URL"))?;
+    let (host, key) = rest.split_once('/').unwrap_or((rest, ""));
+    if host.is_empty() {
+        return Err(bad("no bucket or host in the URL; write scheme://bucket/key"));
+    }
+    Ok((format!("{scheme}://{host}"), key.to_string()))
+}
+
+fn store_for(base: &str) -> Result<Arc<dyn ObjectStore>> {
+    if let Some((_, s)) = STORES.lock().ok().and_then(|s| s.iter().find(|(b, _)| b == base).cloned()) {
+        return Ok(s);
+    }
+    let store = build(base)?;
+    if let Ok(mut s) = STORES.lock() {
+        s.push((base.to_string(), store.clone()));
+    }
+    Ok(store)
+}
+
+fn config_fault(base: &str, message: String) -> Error {
+    Error::Remote { url: base.to_string(), message: redact(&message), transient: false }
+}
+
+fn seconds(key: &str, value: &str, base: &str) -> Result<Duration> {
+    value
+        .trim_end_matches('s')
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s >= 0.0 && *s < 1e6)
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| config_fault(base, format!("storage option {key} = '{value}': give seconds, e.g. 30 or 30s")))
+}
+
+/// The retry budget in force: the defaults under the `max_retries` and `retry_timeout`
+/// options.
+fn budget() -> (usize, Duration) {
+    let mut b = (MAX_RETRIES, RETRY_TIMEOUT);
+    for (k, v) in options() {
+        match k.as_str() {
+            "max_retries" => b.0 = v.trim().parse().unwrap_or(b.0),
+            "retry_timeout" => b.1 = seconds(&k, &v, "").unwrap_or(b.1),
+            _ => {}
+        }
+    }
+    b
+}
+
+fn build(base: &str) -> Result<Arc<dyn ObjectStore>> {
+    use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+    use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
+    use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
+    use object_store::http::HttpBuilder;
+    use object_store::ClientConfigKey;
+
+    let url = url::Url::parse(&format!("{base}/")).map_err(|e| config_fault(base, format!("not a valid URL ({e})")))?;
+    let (scheme, _) = ObjectStoreScheme::parse(&url).map_err(|e| config_fault(base, e.to_string()))?;
+    let mut retry = RetryConfig {
+        backoff: BackoffConfig {
+            init_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(5),
+            base: 2.0,
+        },
+        max_retries: MAX_RETRIES,
+        retry_timeout: RETRY_TIMEOUT,
+    };
+    let mut keyed = Vec::new();
+    for (k, v) in options() {
+        match k.as_str() {
+            "max_retries" => {
+                retry.max_retries = v.trim().parse().ok().filter(|n| *n <= 100).ok_or_else(|| {
+                    config_fault(base, format!("storage option max_retries = '{v}': give a count from 0 to 100"))
+                })?
+            }
+            "retry_timeout" => retry.retry_timeout = seconds(&k, &v, base)?,
+            _ => {
+                let known = k.parse::<AmazonS3ConfigKey>().is_ok()
+                    || k.parse::<GoogleConfigKey>().is_ok()
+                    || k.parse::<AzureConfigKey>().is_ok()
+                    || k.parse::<ClientConfigKey>().is_ok();
+                if !known {
+                    return Err(config_fault(
+                        base,
+                        format!(
+                            "storage option '{k}' is not a key of any store; see the object_store configuration keys \
+                             (aws_endpoint, aws_region, allow_http, timeout, google_service_account, azure_storage_account_name, …)"
+                        ),
+                    ));
+                }
+                keyed.push((k, v));
+            }
+        }
+    }
+    // The timeouts go in as keys, under the ones given: a `with_client_options` would
+    // reset what the environment set (AWS_ALLOW_HTTP among it).
+    let mut settings: Vec<(String, String)> = vec![
+        ("timeout".into(), format!("{}s", TIMEOUT.as_secs())),
+        ("connect_timeout".into(), format!("{}s", CONNECT_TIMEOUT.as_secs())),
+    ];
+    settings.extend(keyed);
+    let fail = |e: object_store::Error| config_fault(base, format!("cannot make the store: {e}"));
+    let store: Arc<dyn ObjectStore> = match scheme {
+        ObjectStoreScheme::AmazonS3 => {
+            let mut b = AmazonS3Builder::from_env().with_url(url.as_str()).with_retry(retry);
+            for (k, v) in settings {
+                if let Ok(key) = k.parse::<AmazonS3ConfigKey>() {
+                    b = b.with_config(key, v);
+                }
+            }
+            Arc::new(b.build().map_err(fail)?)
+        }
+        ObjectStoreScheme::GoogleCloudStorage => {
+            let mut b = GoogleCloudStorageBuilder::from_env().with_url(url.as_str()).with_retry(retry);
+            for (k, v) in settings {
+                if let Ok(key) = k.parse::<GoogleConfigKey>() {
+                    b = b.with_config(key, v);
+                }
+            }
+            Arc::new(b.build().map_err(fail)?)
+        }
+        ObjectStoreScheme::MicrosoftAzure => {
+            let mut b = MicrosoftAzureBuilder::from_env().with_url(url.as_str()).with_retry(retry);
+            for (k, v) in settings {
+                if let Ok(key) = k.parse::<AzureConfigKey>() {
+                    b = b.with_config(key, v);
+                }
+            }
+            Arc::new(b.build().map_err(fail)?)
+        }
+        ObjectStoreScheme::Http => {
+            let mut b = HttpBuilder::new().with_url(base).with_retry(retry);
+            for (k, v) in settings {
+                if let Ok(key) = k.parse::<ClientConfigKey>() {
+                    b = b.with_config(key, v);
+                }
+            }
+            Arc::new(b.build().map_err(fail)?)
+        }
+        _ => return Err(config_fault(base, "not an object store URL".into())),
+    };
+    Ok(store)
+}
+
+/// What a failed request means to the user: a missing object, refused credentials or an
+/// existing object are the user's to fix (exit 2); the rest failed after the retries.
+fn fault(url: &str, e: object_store::Error) -> Error {
+    use object_store::Error as E;
+    let (message, transient) = match &e {
+        E::NotFound { .. } => (
+            "no such object (or no such bucket): check the bucket and key; list the prefix to see what is there".into(),
+            false,
+        ),
+        E::PermissionDenied { .. } => {
+            (format!("access denied ({e}); give credentials allowed to read or write this bucket"), false)
+        }
+        E::Unauthenticated { .. } => (
+            format!(
+                "the store refused the credentials ({e}); set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or the \
+                 GOOGLE_/AZURE_ variables), or give --storage-option"
+            ),
+            false,
+        ),
+        E::AlreadyExists { .. } | E::Precondition { .. } => (
+            "an object of this name exists; sketchfit never replaces an object: choose another name or delete it first"
+                .into(),
+            false,
+        ),
+        E::NotSupported { .. }
+        | E::NotImplemented { .. }
+        | E::UnknownConfigurationKey { .. }
+        | E::InvalidPath { .. } => (e.to_string(), false),
+        _ => {
+            let (retries, within) = budget();
+            (
+                format!(
+                    "the request failed ({e}) after up to {retries} retries within {}s; check the network and the \
+                     endpoint, then run again (a pass resumes from its checkpoint)",
+                    within.as_secs_f64()
+                ),
+                true,
+            )
+        }
+    };
+    Error::Remote { url: url.to_string(), message: redact(&message), transient }
+}
+
+/// One object, as of the head request that opened it.
+#[derive(Debug, Clone)]
+pub struct Object {
+    store: Arc<dyn ObjectStore>,
+    key: Key,
+    url: String,
+    size: u64,
+    etag: Option<String>,
+}
+
+fn locate(path: &Path) -> Result<(Arc<dyn ObjectStore>, Key, String)> {
+    let url = path.to_string_lossy().to_string();
+    let (base, key) = split(&url)?;
+    let key =
+        Key::parse(&key).map_err(|e| Error::Remote { url: url.clone(), message: e.to_string(), transient: false })?;
+    Ok((store_for(&base)?, key, url))
+}
+
+impl Object {
+    /// Opens the object `path` names (a head request: its size and ETag).
+    pub fn open(path: &Path) -> Result<Object> {
+        let (store, key, url) = locate(path)?;
+        let meta = block_on(store.head(&key))?.map_err(|e| fault(&url, e))?;
+        Ok(Object { store, key, url, size: meta.size, etag: meta.e_tag })
+    }
+
+    /// The URL, as given.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Its size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Its ETag, when the store gives one.
+    pub fn etag(&self) -> Option<&str> {
+        self.etag.as_deref()
+    }
+
+    /// The bytes of `ranges`, fetched in one coalesced request set; a short answer (an
+    /// object truncated or replaced since it was opened) is an error.
+    pub fn get_ranges(&self, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
+        self.spawn_ranges(ranges.to_vec())?.wait()
+    }
+
+    /// Starts fetching `ranges` on the runtime (a prefetch); [`Pending::wait`] takes the
+    /// bytes.
+    pub fn spawn_ranges(&self, ranges: Vec<Range<u64>>) -> Result<Pending> {
+        if let Some(r) = ranges.iter().find(|r| r.end > self.size) {
+            return Err(Error::Remote {
+                url: self.url.clone(),
+                message: format!(
+                    "bytes {}..{} asked of an object of {} bytes: it is truncated",
+                    r.start, r.end, self.size
+                ),
+                transient: false,
+            });
+        }
+        let (store, key, url) = (self.store.clone(), self.key.clone(), self.url.clone());
+        let handle = runtime()?.spawn(async move {
+            let got = store.get_ranges(&key, &ranges).await.map_err(|e| fault(&url, e))?;
+            for (r, b) in ranges.iter().zip(&got) {
+                if b.len() as u64 != r.end - r.start {
+                    return Err(Error::Remote {
+                        url: url.clone(),
+                        message: format!(
+                            "the store answered {} bytes for bytes {}..{}: the object changed or is truncated; run again",
+                            b.len(),
+                            r.start,
+                            r.end
+                        ),
+                        transient: true,
+                    });
+                }
+            }
+            Ok(got)
+        });
+        Ok(Pending { handle })
+    }
+
+    /// Streams the whole object into `file`; the byte count must be the head's size.
+    pub fn download(&self, file: &mut File) -> Result<()> {
+        let url = self.url.clone();
+        let written = block_on(async {
+            let mut stream = self.store.get(&self.key).await.map_err(|e| fault(&url, e))?.into_stream();
+            let mut n = 0u64;
+            while let Some(b) = stream.next().await {
+                let b = b.map_err(|e| fault(&url, e))?;
+                file.write_all(&b).map_err(|e| Error::io("temporary download", e))?;
+                n += b.len() as u64;
+            }
+            Ok::<u64, Error>(n)
+        })??;
+        if written != self.size {
+            return Err(Error::Remote {
+                url,
+                message: format!(
+                    "read {written} bytes of an object of {}: it changed while read; run again",
+                    self.size
+                ),
+                transient: true,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Bytes being fetched.
+#[derive(Debug)]
+pub struct Pending {
+    handle: tokio::task::JoinHandle<Result<Vec<Bytes>>>,
+}
+
+impl Pending {
+    /// Waits for the bytes.
+    pub fn wait(mut self) -> Result<Vec<Bytes>> {
+        block_on(&mut self.handle)?.map_err(|e| Error::bug_from("a fetch task ends", e))?
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        // A prefetch nobody waits for any more stops, so its bytes are not held.
+        self.handle.abort();
+    }
+}
+
+/// Whether an object exists at `path`.
+pub fn exists(path: &Path) -> Result<bool> {
+    let (store, key, url) = locate(path)?;
+    match block_on(store.head(&key))? {
+        Ok(_) => Ok(true),
+        Err(object_store::Error::NotFound { .. }) => Ok(false),
+        Err(e) => Err(fault(&url, e)),
+    }
+}
+
+/// The objects a URL pattern matches (`*`, `?`, `[…]` within one path segment, as local
+/// globs), sorted: the prefix before the first wildcard's segment is listed, then each
+/// key matched. An empty match is an error, as for local globs.
+pub fn glob(pattern: &str) -> Result<Vec<PathBuf>> {
+    let (base, key_pattern) = split(pattern)?;
+    let bad = |m: String| Error::Remote { url: pattern.to_string(), message: m, transient: false };
+    let matcher = glob::Pattern::new(&key_pattern).map_err(|e| bad(format!("bad glob: {e}")))?;
+    let first = key_pattern.find(['*', '?', '[']).unwrap_or(key_pattern.len());
+    let prefix = key_pattern[..first].rsplit_once('/').map(|(p, _)| p).unwrap_or("");
+    let store = store_for(&base)?;
+    let prefix = (!prefix.is_empty()).then(|| Key::from(prefix));
+    let opts = glob::MatchOptions { require_literal_separator: true, ..Default::default() };
+    let keys = block_on(async {
+        let mut listing = store.list(prefix.as_ref());
+        let mut keys = Vec::new();
+        while let Some(meta) = listing.next().await {
+            let meta = meta.map_err(|e| fault(pattern, e))?;
+            if matcher.matches_with(meta.location.as_ref(), opts) {
+                keys.push(meta.location.to_string());
+            }
+        }
+        Ok::<_, Error>(keys)
+    })??;
+    let mut urls: Vec<PathBuf> = keys.into_iter().map(|k| PathBuf::from(format!("{base}/{k}"))).collect();
+    urls.sort();
+    if urls.is_empty() {
+        return Err(bad("no object matches this pattern".into()));
+    }
+    Ok(urls)
+}
+
+/// Puts the local file `local` at `target`, never replacing an object: up to one part's
+/// size in one conditional put (`PutMode::Create`), larger after a check that no object
+/// is there by a multipart upload, aborted on any error. The object is then read back
+/// and compared with the file; one that differs is deleted and reported.
+pub fn upload(local: &Path, target: &Path) -> Result<()> {
+    let (store, key, url) = locate(target)?;
+    let size = std::fs::metadata(local).map_err(|e| Error::io(local, e))?.len();
+    let io = |e: std::io::Error| Error::io(local, e);
+    if size <= PART as u64 {
+        let bytes = std::fs::read(local).map_err(io)?;
+        let opts = PutOptions { mode: PutMode::Create, ..Default::default() };
+        block_on(store.put_opts(&key, PutPayload::from(bytes), opts))?.map_err(|e| fault(&url, e))?;
+    } else {
+        if exists(target)? {
+            return Err(fault(&url, object_store::Error::AlreadyExists { path: url.clone(), source: "exists".into() }));
+        }
+        let mut file = File::open(local).map_err(io)?;
+        block_on(async {
+            let mut upload = store.put_multipart(&key).await.map_err(|e| fault(&url, e))?;
+            let sent = async {
+                loop {
+                    let mut part = Vec::with_capacity(PART);
+                    (&mut file).take(PART as u64).read_to_end(&mut part).map_err(io)?;
+                    if part.is_empty() {
+                        break;
+                    }
+                    upload.put_part(PutPayload::from(part)).await.map_err(|e| fault(&url, e))?;
+                }
+                upload.complete().await.map_err(|e| fault(&url, e))?;
+                Ok::<(), Error>(())
+            }
+            .await;
+            if sent.is_err() {
+                let _ = upload.abort().await;
+            }
+            sent
+        })??;
+    }
+    let same = block_on(async {
+        let mut stream = store.get(&key).await.map_err(|e| fault(&url, e))?.into_stream();
+        let mut file = File::open(local).map_err(io)?;
+        let mut n = 0u64;
+        let mut mine = Vec::new();
+        while let Some(b) = stream.next().await {
+            let b = b.map_err(|e| fault(&url, e))?;
+            mine.resize(b.len(), 0);
+            if file.read_exact(&mut mine).is_err() || mine != b {
+                return Ok(false);
+            }
+            n += b.len() as u64;
+        }
+        Ok::<bool, Error>(n == size)
+    })??;
+    if !same {
+        let _ = block_on(store.delete(&key));
+        return Err(Error::Remote {
+            url,
+            message: "the object read back differs from what was written; it was deleted: run again".into(),
+            transient: true,
+        });
+    }
+    Ok(())
+}
