@@ -344,11 +344,11 @@ fn kinds() -> PyResult<String> {
 /// Sets the object-store options of the calls that follow (`storage_options`, the
 /// command line's `--storage-option` layer); returns the ones they replace.
 #[pyfunction]
-fn set_storage_options(pairs: Vec<(String, String)>) -> Vec<(String, String)> {
+fn set_storage_options(pairs: Vec<(String, String)>) -> PyResult<Vec<(String, String)>> {
     use sketchfit::remote::{layer_options, set_options, Layer};
     let previous = layer_options(Layer::CommandLine);
-    set_options(Layer::CommandLine, &pairs);
-    previous
+    set_options(Layer::CommandLine, &pairs).map_err(py_err)?;
+    Ok(previous)
 }
 
 #[pymodule]

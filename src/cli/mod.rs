@@ -66,7 +66,7 @@ pub fn main() -> ExitCode {
         }
     };
     let result = sketchfit::remote::parse_pairs(&cli.storage_option, "--storage-option")
-        .map(|pairs| sketchfit::remote::set_options(sketchfit::remote::Layer::CommandLine, &pairs))
+        .and_then(|pairs| sketchfit::remote::set_options(sketchfit::remote::Layer::CommandLine, &pairs))
         .and_then(|()| run(cli.command));
     match result {
         Ok(()) => ExitCode::SUCCESS,

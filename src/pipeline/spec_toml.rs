@@ -158,7 +158,10 @@ fn storage_options(value: Option<toml::Value>, file: &str) -> Result<Vec<(String
         };
         pairs.push((k, v));
     }
-    crate::remote::set_options(crate::remote::Layer::Pipeline, &pairs);
+    crate::remote::set_options(crate::remote::Layer::Pipeline, &pairs).map_err(|e| match e {
+        Error::Remote { message, .. } => Error::config(file, "storage", message),
+        other => other,
+    })?;
     Ok(pairs)
 }
 

@@ -64,6 +64,14 @@ impl Pending {
     }
 }
 
+/// Refuses any option: no store in this build takes one.
+pub fn check_keys(pairs: &[(String, String)]) -> Result<()> {
+    match pairs.first() {
+        Some((k, _)) => refuse(Path::new(&format!("storage option {k}"))),
+        None => Ok(()),
+    }
+}
+
 /// Refuses: no store in this build.
 pub fn exists(path: &Path) -> Result<bool> {
     refuse(path)

@@ -17,12 +17,12 @@ use crate::error::{Error, Result};
 #[cfg(feature = "remote")]
 mod store;
 #[cfg(feature = "remote")]
-pub use store::{exists, glob, upload, Object, Pending};
+pub use store::{check_keys, exists, glob, upload, Object, Pending};
 
 #[cfg(not(feature = "remote"))]
 mod disabled;
 #[cfg(not(feature = "remote"))]
-pub use disabled::{exists, glob, upload, Object, Pending};
+pub use disabled::{check_keys, exists, glob, upload, Object, Pending};
 
 /// The schemes that name an object in a store.
 pub const SCHEMES: &[&str] = &["s3", "s3a", "gs", "az", "azure", "abfs", "abfss", "adl", "http", "https"];
@@ -81,8 +81,9 @@ static OPTIONS: Mutex<Vec<(Layer, String, String)>> = Mutex::new(Vec::new());
 /// Sets the storage options of one layer (replacing that layer's earlier ones). Keys are
 /// the `object_store` configuration keys, as polars and delta-rs spell them
 /// (`aws_endpoint`, `aws_region`, `allow_http`, `timeout`, …), plus `max_retries` and
-/// `retry_timeout`; they are checked against the scheme when a store is made.
-pub fn set_options(layer: Layer, pairs: &[(String, String)]) {
+/// `retry_timeout`. A key no store knows is refused here, before any work.
+pub fn set_options(layer: Layer, pairs: &[(String, String)]) -> Result<()> {
+    check_keys(pairs)?;
     if let Ok(mut all) = OPTIONS.lock() {
         all.retain(|(l, _, _)| *l != layer);
         all.extend(pairs.iter().map(|(k, v)| (layer, k.to_ascii_lowercase(), v.clone())));
@@ -90,6 +91,7 @@ pub fn set_options(layer: Layer, pairs: &[(String, String)]) {
     }
     #[cfg(feature = "remote")]
     store::forget_stores();
+    Ok(())
 }
 
 /// The options one layer holds.
@@ -163,9 +165,10 @@ mod tests {
     fn secrets_are_redacted_and_pairs_parsed() {
         let pairs = parse_pairs(&["aws_secret_access_key=hunter22".into(), "aws_region=x".into()], "--storage-option")
             .expect("pairs");
-        set_options(Layer::CommandLine, &pairs);
+        set_options(Layer::CommandLine, &pairs).expect("known keys");
+        assert!(set_options(Layer::Pipeline, &[("no_such_key".into(), "1".into())]).is_err());
         assert_eq!(redact("key hunter22 in a message"), "key *** in a message");
         assert!(parse_pairs(&["novalue".into()], "--storage-option").is_err());
-        set_options(Layer::CommandLine, &[]);
+        set_options(Layer::CommandLine, &[]).expect("no keys");
     }
 }

@@ -138,19 +138,6 @@ fn build(base: &str) -> Result<Arc<dyn ObjectStore>> {
             }
             "retry_timeout" => retry.retry_timeout = seconds(&k, &v, base)?,
             _ => {
-                let known = k.parse::<AmazonS3ConfigKey>().is_ok()
-                    || k.parse::<GoogleConfigKey>().is_ok()
-                    || k.parse::<AzureConfigKey>().is_ok()
-                    || k.parse::<ClientConfigKey>().is_ok();
-                if !known {
-                    return Err(config_fault(
-                        base,
-                        format!(
-                            "storage option '{k}' is not a key of any store; see the object_store configuration keys \
-                             (aws_endpoint, aws_region, allow_http, timeout, google_service_account, azure_storage_account_name, …)"
-                        ),
-                    ));
-                }
                 keyed.push((k, v));
             }
         }
@@ -165,44 +152,61 @@ fn build(base: &str) -> Result<Arc<dyn ObjectStore>> {
     let fail = |e: object_store::Error| config_fault(base, format!("cannot make the store: {e}"));
     let store: Arc<dyn ObjectStore> = match scheme {
         ObjectStoreScheme::AmazonS3 => {
-            let mut b = AmazonS3Builder::from_env().with_url(url.as_str()).with_retry(retry);
-            for (k, v) in settings {
-                if let Ok(key) = k.parse::<AmazonS3ConfigKey>() {
-                    b = b.with_config(key, v);
-                }
-            }
-            Arc::new(b.build().map_err(fail)?)
+            let b = AmazonS3Builder::from_env().with_url(url.as_str()).with_retry(retry);
+            Arc::new(keyed_into(b, &settings, |b, k: AmazonS3ConfigKey, v| b.with_config(k, v)).build().map_err(fail)?)
         }
         ObjectStoreScheme::GoogleCloudStorage => {
-            let mut b = GoogleCloudStorageBuilder::from_env().with_url(url.as_str()).with_retry(retry);
-            for (k, v) in settings {
-                if let Ok(key) = k.parse::<GoogleConfigKey>() {
-                    b = b.with_config(key, v);
-                }
-            }
-            Arc::new(b.build().map_err(fail)?)
+            let b = GoogleCloudStorageBuilder::from_env().with_url(url.as_str()).with_retry(retry);
+            Arc::new(keyed_into(b, &settings, |b, k: GoogleConfigKey, v| b.with_config(k, v)).build().map_err(fail)?)
         }
         ObjectStoreScheme::MicrosoftAzure => {
-            let mut b = MicrosoftAzureBuilder::from_env().with_url(url.as_str()).with_retry(retry);
-            for (k, v) in settings {
-                if let Ok(key) = k.parse::<AzureConfigKey>() {
-                    b = b.with_config(key, v);
-                }
-            }
-            Arc::new(b.build().map_err(fail)?)
+            let b = MicrosoftAzureBuilder::from_env().with_url(url.as_str()).with_retry(retry);
+            Arc::new(keyed_into(b, &settings, |b, k: AzureConfigKey, v| b.with_config(k, v)).build().map_err(fail)?)
         }
         ObjectStoreScheme::Http => {
-            let mut b = HttpBuilder::new().with_url(base).with_retry(retry);
-            for (k, v) in settings {
-                if let Ok(key) = k.parse::<ClientConfigKey>() {
-                    b = b.with_config(key, v);
-                }
-            }
-            Arc::new(b.build().map_err(fail)?)
+            let b = HttpBuilder::new().with_url(base).with_retry(retry);
+            Arc::new(keyed_into(b, &settings, |b, k: ClientConfigKey, v| b.with_config(k, v)).build().map_err(fail)?)
         }
         _ => return Err(config_fault(base, "not an object store URL".into())),
     };
     Ok(store)
+}
+
+/// Refuses a storage option no store knows, naming it.
+pub fn check_keys(pairs: &[(String, String)]) -> Result<()> {
+    use object_store::aws::AmazonS3ConfigKey;
+    use object_store::azure::AzureConfigKey;
+    use object_store::gcp::GoogleConfigKey;
+    use object_store::ClientConfigKey;
+    for (k, _) in pairs {
+        let k = k.to_ascii_lowercase();
+        let known = matches!(k.as_str(), "max_retries" | "retry_timeout")
+            || k.parse::<AmazonS3ConfigKey>().is_ok()
+            || k.parse::<GoogleConfigKey>().is_ok()
+            || k.parse::<AzureConfigKey>().is_ok()
+            || k.parse::<ClientConfigKey>().is_ok();
+        if !known {
+            return Err(Error::Remote {
+                url: "storage".into(),
+                message: format!(
+                    "storage option '{k}' is not a key of any store; see the object_store configuration keys \
+                     (aws_endpoint, aws_region, allow_http, timeout, google_service_account, \
+                     azure_storage_account_name, …) and max_retries, retry_timeout"
+                ),
+                transient: false,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A builder given each setting whose key its scheme knows (the rest belong to other
+/// schemes: every key was checked to belong to one).
+fn keyed_into<B, K: std::str::FromStr>(b: B, settings: &[(String, String)], with: fn(B, K, String) -> B) -> B {
+    settings.iter().fold(b, |b, (k, v)| match k.parse::<K>() {
+        Ok(key) => with(b, key, v.clone()),
+        Err(_) => b,
+    })
 }
 
 /// What a failed request means to the user: a missing object, refused credentials or an

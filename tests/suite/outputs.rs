@@ -119,5 +119,22 @@ fn file_urls_are_local_paths_and_unknown_schemes_are_refused() {
     let opt = sketchfit(&["train", &p, "--storage-option", "novalue", "-o", &url("c.sfm")]);
     assert_eq!(opt.status.code(), Some(2));
     assert!(stderr(&opt).contains("--storage-option"), "{}", stderr(&opt));
+    let bogus = sketchfit(&["train", &p, "--storage-option", "bogus_key=1", "-o", &url("c.sfm")]);
+    assert_eq!(bogus.status.code(), Some(2));
+    assert!(stderr(&bogus).contains("'bogus_key' is not a key of any store"), "{}", stderr(&bogus));
     assert!(!dir.path("c.sfm").exists());
+
+    // A [storage] table: its keys are checked, and its values (credentials) never reach
+    // the model, whose pipeline record omits the table.
+    let text = std::fs::read_to_string(&p).unwrap();
+    let secret = "do-not-store-this-secret-4711";
+    std::fs::write(&p, format!("{text}\n[storage]\naws_secret_access_key = \"{secret}\"\naws_region = \"x\"\n")).unwrap();
+    let stored = sketchfit(&["train", &p, "-o", &url("d.sfm"), "-q"]);
+    assert_eq!(stored.status.code(), Some(0), "{}", stderr(&stored));
+    let model = std::fs::read(dir.path("d.sfm")).unwrap();
+    assert!(!model.windows(secret.len()).any(|w| w == secret.as_bytes()), "a credential in the model");
+    std::fs::write(&p, format!("{text}\n[storage]\nno_such_option = 1\n")).unwrap();
+    let bad = sketchfit(&["train", &p, "-o", &url("e.sfm"), "-q"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(stderr(&bad).contains("storage") && stderr(&bad).contains("no_such_option"), "{}", stderr(&bad));
 }
