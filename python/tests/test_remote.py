@@ -370,3 +370,63 @@ def test_a_pass_cut_by_the_network_resumes_from_its_checkpoint(env, s3, bucket, 
     ok(env, "train", toml, "-o", model, "--quiet", "--resume")
     assert _arrays(model.read_bytes()) == _arrays((tmp_path / "local.sfm").read_bytes())
     assert not (tmp_path / "m.sfm.ckpt").exists()
+
+
+class _RangeHandler(__import__("http.server").server.SimpleHTTPRequestHandler):
+    """A static file server that answers Range requests (206), as object stores and CDNs
+    do; Python's own answers them with the whole file."""
+
+    def log_message(self, *args):
+        pass
+
+    def send_head(self):
+        rng = self.headers.get("Range")
+        path = self.translate_path(self.path)
+        if not rng or not os.path.isfile(path):
+            return super().send_head()
+        size = os.path.getsize(path)
+        start, end = rng.removeprefix("bytes=").split("-")
+        start, end = int(start), min(int(end) if end else size - 1, size - 1)
+        f = open(path, "rb")
+        f.seek(start)
+        self.send_response(206)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
+        self.send_header("Content-Length", str(end - start + 1))
+        self.end_headers()
+        return _Limited(f, end - start + 1)
+
+
+class _Limited:
+    def __init__(self, f, n):
+        self.f, self.n = f, n
+
+    def read(self, k=-1):
+        k = self.n if k < 0 else min(k, self.n)
+        data = self.f.read(k)
+        self.n -= len(data)
+        return data
+
+    def close(self):
+        self.f.close()
+
+
+def test_a_single_object_over_http_trains_the_local_model(env, tmp_path):
+    import functools
+    import http.server
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_RangeHandler, directory=str(REPO / "data")))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/digits_train.parquet"
+        local, remote = tmp_path / "local.toml", tmp_path / "http.toml"
+        local.write_text(PIPELINE.format(train=REPO / "data" / "digits_train.parquet"))
+        remote.write_text(PIPELINE.format(train=url))
+        ok(env, "train", local, "-o", tmp_path / "local.sfm", "--quiet")
+        ok(env, "train", remote, "-o", tmp_path / "http.sfm", "--quiet", "--storage-option", "allow_http=true")
+        missing = run(env, "train", remote, "-o", tmp_path / "x.sfm", "--quiet", "--storage-option", "allow_http=true",
+                      "--set", f'data.train=["{url}.missing"]')
+    finally:
+        server.shutdown()
+    assert _arrays((tmp_path / "http.sfm").read_bytes()) == _arrays((tmp_path / "local.sfm").read_bytes())
+    assert missing.returncode == 2 and "no such object" in missing.stderr, missing.stderr
