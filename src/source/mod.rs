@@ -361,10 +361,11 @@ impl Dataset {
     /// arrive while the unit before it is decoded ([`PREFETCH_UNITS`] ahead at most; a
     /// local file or a fault does nothing here, the read itself reports a fault).
     pub fn prefetch(&self, unit: Unit) {
-        self.prefetch_columns(unit, &self.names());
+        self.prefetch_columns(unit, &self.names(), PREFETCH_UNITS);
     }
 
-    fn prefetch_columns(&self, unit: Unit, names: &[&str]) {
+    /// Starts fetching `unit`'s columns `names`, keeping at most `ahead` fetches.
+    fn prefetch_columns(&self, unit: Unit, names: &[&str], ahead: usize) {
         let Some(file) = self.files.get(unit.file) else { return };
         let Backing::Remote(meta, object) = &file.backing else { return };
         let indices = column_indices(file.schema(), names);
@@ -375,7 +376,7 @@ impl Dataset {
         if let Ok(p) = remote::Prefetch::start(object, meta, unit.file, unit.row_group, &indices) {
             list.push(p);
         }
-        while list.len() > PREFETCH_UNITS {
+        while list.len() > ahead {
             list.remove(0);
         }
     }
@@ -493,9 +494,12 @@ impl Dataset {
         let mut ints = BTreeSet::new();
         let mut strs = BTreeSet::new();
         let units = self.units();
+        // A label column's chunks are small: many are fetched at once, so a remote
+        // scan pays the store's latency a few times, not once per row group.
+        const LABELS_AHEAD: usize = 16;
         for (k, &unit) in units.iter().enumerate() {
-            if let Some(&next) = units.get(k + 1) {
-                self.prefetch_columns(next, &[name]);
+            for next in units.iter().skip(k + 1).take(LABELS_AHEAD) {
+                self.prefetch_columns(*next, &[name], LABELS_AHEAD);
             }
             let mut first_row = 0;
             for batch in self.batches(unit, &[name], 65_536)? {

@@ -177,3 +177,24 @@ impl ChunkReader for Fetched {
         self.slice(start, Some(length))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn adjacent_chunks_are_told_apart_and_unfetched_bytes_refused() {
+        // Column chunks end where the next begins: offset 8 is the second chunk's start,
+        // not the first one's (empty) end.
+        let fetched =
+            Fetched { len: 100, parts: vec![(2, Bytes::from_static(b"abcdef")), (8, Bytes::from_static(b"ghij"))] };
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut fetched.get_read(8).expect("fetched"), &mut s).expect("utf-8");
+        assert_eq!(s, "ghij");
+        assert_eq!(fetched.get_bytes(4, 4).expect("within the first").as_ref(), b"cdef");
+        assert_eq!(fetched.get_bytes(9, 3).expect("within the second").as_ref(), b"hij");
+        assert!(fetched.get_bytes(6, 4).is_err(), "a span across two chunks was never one range");
+        assert!(fetched.get_read(12).is_err() && fetched.get_bytes(0, 1).is_err(), "bytes never fetched");
+        assert_eq!(fetched.len(), 100);
+    }
+}

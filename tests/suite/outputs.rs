@@ -128,7 +128,8 @@ fn file_urls_are_local_paths_and_unknown_schemes_are_refused() {
     // the model, whose pipeline record omits the table.
     let text = std::fs::read_to_string(&p).unwrap();
     let secret = "do-not-store-this-secret-4711";
-    std::fs::write(&p, format!("{text}\n[storage]\naws_secret_access_key = \"{secret}\"\naws_region = \"x\"\n")).unwrap();
+    std::fs::write(&p, format!("{text}\n[storage]\naws_secret_access_key = \"{secret}\"\naws_region = \"x\"\n"))
+        .unwrap();
     let stored = sketchfit(&["train", &p, "-o", &url("d.sfm"), "-q"]);
     assert_eq!(stored.status.code(), Some(0), "{}", stderr(&stored));
     let model = std::fs::read(dir.path("d.sfm")).unwrap();
