@@ -363,13 +363,18 @@ pub(crate) fn prepass_sample(
     }
     take.sort_unstable();
     let mut res = Reservoir::new(n, d, spec.run.seed, u64::MAX);
-    for &i in &take {
+    let dataset = |w: WorkUnit| match (w.unlabeled, unlabeled) {
+        (true, Some(u)) => Ok(u),
+        (true, None) => Err(Error::bug("unlabeled work unit without unlabeled inputs")),
+        (false, _) => Ok(labeled),
+    };
+    for (k, &i) in take.iter().enumerate() {
         let w = work[i];
-        let ds = match (w.unlabeled, unlabeled) {
-            (true, Some(u)) => u,
-            (true, None) => return Err(Error::bug("unlabeled work unit without unlabeled inputs")),
-            (false, _) => labeled,
-        };
+        let ds = dataset(w)?;
+        // The next sampled row group's bytes come while this one is read (remote files).
+        if let Some(&next) = take.get(k + 1) {
+            dataset(work[next])?.prefetch(work[next].unit);
+        }
         ds.read_unit(w.unit, spec.run.chunk_rows, &mut |ch: Chunk| {
             check(&ch)?;
             res.offer(&ch.x, ch.rows);
