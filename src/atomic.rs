@@ -34,6 +34,43 @@ struct Input {
 
 static INPUTS: Mutex<Vec<Input>> = Mutex::new(Vec::new());
 
+/// Outputs this run writes more than once and may replace (its checkpoint): in an object
+/// store these are put unconditionally, every other object never replaces one.
+static OWN: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// Records that this run owns `path` (its checkpoint) and may replace it.
+pub fn register_own(path: &Path) {
+    if let Ok(mut own) = OWN.lock() {
+        if !own.iter().any(|p| p == path) {
+            own.push(path.to_path_buf());
+        }
+    }
+}
+
+fn is_own(path: &Path) -> bool {
+    OWN.lock().map(|own| own.iter().any(|p| p == path)).unwrap_or(false)
+}
+
+/// Whether a file or object exists at `path`.
+pub fn exists(path: &Path) -> Result<bool> {
+    if crate::remote::is_remote(path) {
+        return crate::remote::exists(path);
+    }
+    Ok(crate::remote::local(path).exists())
+}
+
+/// Removes this run's own output (a served checkpoint), locally or in a store; a missing
+/// one is no fault.
+pub fn remove_own(path: &Path) -> Result<()> {
+    if crate::remote::is_remote(path) {
+        return crate::remote::delete(path);
+    }
+    match std::fs::remove_file(crate::remote::local(path)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(path, e)),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(unix)]
 fn identity(path: &Path) -> Option<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
@@ -173,7 +210,7 @@ pub fn check_output(target: &Path) -> Result<()> {
                 input.display()
             )));
         }
-        if crate::remote::exists(target)? {
+        if !is_own(target) && crate::remote::exists(target)? {
             return Err(bad(format!(
                 "'{}' exists; sketchfit never replaces an object: choose another name or delete it first",
                 target.display()
@@ -256,7 +293,7 @@ impl AtomicFile {
                     format!("'{}' is also an input of this run ({})", self.target.display(), input.display()),
                 ));
             }
-            crate::remote::upload(&self.tmp, &self.target)?;
+            crate::remote::upload(&self.tmp, &self.target, is_own(&self.target))?;
             return Ok(()); // Drop removes the local copy.
         }
         check_output(&self.target)?;

@@ -338,11 +338,17 @@ class _CuttingProxy:
             s.close()
 
 
-def test_a_pass_cut_by_the_network_resumes_from_its_checkpoint(env, s3, bucket, tmp_path, s3_endpoint):
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_a_pass_cut_by_the_network_resumes_from_its_checkpoint(env, s3, bucket, tmp_path, s3_endpoint, where):
     files = _digits_parts(tmp_path, parts=4)
     _upload(s3, bucket, files)
     toml = tmp_path / "p.toml"
-    toml.write_text(PIPELINE.format(train=f"s3://{bucket}/train/part-*.parquet"))
+    text = PIPELINE.format(train=f"s3://{bucket}/train/part-*.parquet")
+    if where == "s3":
+        # A checkpoint in the store: the one object a run replaces (its own), put
+        # unconditionally at each checkpoint and deleted once the model is written.
+        text += f'checkpoint = "s3://{bucket}/ckpt/m.ckpt"\n'
+    toml.write_text(text)
     local = tmp_path / "local.toml"
     local.write_text(PIPELINE.format(train=tmp_path / "part-*.parquet"))
     ok(env, "train", local, "-o", tmp_path / "local.sfm", "--quiet")
@@ -365,11 +371,14 @@ def test_a_pass_cut_by_the_network_resumes_from_its_checkpoint(env, s3, bucket, 
         proxy.close()
     assert r.returncode == 1, r.stderr
     assert "after up to" in r.stderr and "resumes from its checkpoint" in r.stderr
-    assert not model.exists() and (tmp_path / "m.sfm.ckpt").exists(), r.stderr
+    checkpoint_there = (lambda: (tmp_path / "m.sfm.ckpt").exists()) if where == "local" else (
+        lambda: s3.list_objects_v2(Bucket=bucket, Prefix="ckpt/").get("KeyCount", 0) == 1)
+    assert not model.exists() and checkpoint_there(), r.stderr
     # The network is back: the run continues from its checkpoint to the local model.
-    ok(env, "train", toml, "-o", model, "--quiet", "--resume")
+    out = run(env, "train", toml, "-o", model, "--resume")
+    assert out.returncode == 0 and "resuming from" in out.stderr, out.stderr
     assert _arrays(model.read_bytes()) == _arrays((tmp_path / "local.sfm").read_bytes())
-    assert not (tmp_path / "m.sfm.ckpt").exists()
+    assert not checkpoint_there()
 
 
 class _RangeHandler(__import__("http.server").server.SimpleHTTPRequestHandler):

@@ -43,6 +43,7 @@ pub fn run(a: Args) -> Result<()> {
     let checked = spec.check()?;
     let shard = parse_shard(&a.shard)?;
     let checkpoint: PathBuf = super::checkpoint_for(&a.output);
+    sketchfit::atomic::register_own(&checkpoint);
     let opts = RunOptions {
         progress: !a.quiet,
         checkpoint: (spec.run.checkpoint_every > 0).then(|| checkpoint.clone()),
@@ -52,6 +53,6 @@ pub fn run(a: Args) -> Result<()> {
     };
     let mut reporter = super::reporter(a.quiet);
     accumulate_shard(&checked, shard, &a.output, &opts, a.pass1.as_deref(), &mut reporter)?;
-    let _ = std::fs::remove_file(&checkpoint);
+    let _ = sketchfit::atomic::remove_own(&checkpoint);
     super::print_out(&format!("shard {}/{} statistics written to {}\n", shard.0, shard.1, a.output.display()))
 }

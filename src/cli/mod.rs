@@ -100,7 +100,8 @@ fn run(command: Command) -> Result<(), Error> {
 
 /// The default checkpoint of an output: beside it for a local file; in the working
 /// directory, named after the object, for an output in an object store (a checkpoint is
-/// rewritten as the pass goes, which an object that is never replaced cannot be).
+/// rewritten as the pass goes: a local file costs no requests; `run.checkpoint` may name
+/// an object instead).
 fn checkpoint_for(output: &std::path::Path) -> std::path::PathBuf {
     let mut p = if sketchfit::remote::is_remote(output) {
         output.file_name().map(std::ffi::OsString::from).unwrap_or_else(|| "sketchfit".into())
@@ -109,21 +110,6 @@ fn checkpoint_for(output: &std::path::Path) -> std::path::PathBuf {
     };
     p.push(".ckpt");
     p.into()
-}
-
-/// Refuses a checkpoint in an object store.
-fn check_checkpoint(path: &std::path::Path) -> Result<(), Error> {
-    if sketchfit::remote::is_remote(path) {
-        return Err(Error::config(
-            "pipeline",
-            "run.checkpoint",
-            format!(
-                "'{}' is in an object store; a checkpoint is rewritten as the pass goes: give a local path",
-                path.display()
-            ),
-        ));
-    }
-    Ok(())
 }
 
 /// The reporter of a command: every line to stderr unless `quiet`.

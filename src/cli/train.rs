@@ -41,7 +41,8 @@ pub fn run(a: Args) -> Result<()> {
     let checkpoint = (spec.run.checkpoint_every > 0)
         .then(|| spec.run.checkpoint.clone().unwrap_or_else(|| super::checkpoint_for(&a.output)));
     if let Some(c) = &checkpoint {
-        super::check_checkpoint(c)?;
+        // Rewritten as the pass goes: the one output this run may replace.
+        sketchfit::atomic::register_own(c);
     }
     // Test files are read after training: register them now so that an output onto
     // one of them is refused before the pass, not after it.
@@ -87,7 +88,7 @@ pub fn run(a: Args) -> Result<()> {
     super::write_report(a.report.as_deref(), &reporter.report)?;
     if let Some(c) = &checkpoint {
         // The run is complete: its checkpoint has served.
-        let _ = std::fs::remove_file(c);
+        let _ = sketchfit::atomic::remove_own(c);
     }
     out += &format!("model written to {}\n", a.output.display());
     if !quiet {

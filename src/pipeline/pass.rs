@@ -182,8 +182,12 @@ pub(crate) fn accumulate(run: &Run<'_>, units: &[usize], report: &mut Reporter) 
     let prep = run.prep;
     let opts = run.opts;
     let fresh = || run.plan.accumulation(&prep.maps, prep.c, prep.labeled.total_rows());
+    let found = match (&opts.checkpoint, opts.resume) {
+        (Some(path), true) => crate::atomic::exists(path)?,
+        _ => false,
+    };
     let (mut acc, mut done) = match (&opts.checkpoint, opts.resume) {
-        (Some(path), true) if path.exists() => {
+        (Some(path), true) if found => {
             // The dual keeps rows and never checkpoints, so a checkpoint holds
             // statistics: refuse before the pass, not after it.
             if run.plan.keeps_rows() {

@@ -83,6 +83,11 @@ pub fn glob(pattern: &str) -> Result<Vec<PathBuf>> {
 }
 
 /// Refuses: no store in this build.
-pub fn upload(_: &Path, target: &Path) -> Result<()> {
+pub fn delete(path: &Path) -> Result<()> {
+    refuse(path)
+}
+
+/// Refuses: no store in this build.
+pub fn upload(_: &Path, target: &Path, _: bool) -> Result<()> {
     refuse(target)
 }

@@ -17,12 +17,12 @@ use crate::error::{Error, Result};
 #[cfg(feature = "remote")]
 mod store;
 #[cfg(feature = "remote")]
-pub use store::{check_keys, exists, glob, upload, Object, Pending};
+pub use store::{check_keys, delete, exists, glob, upload, Object, Pending};
 
 #[cfg(not(feature = "remote"))]
 mod disabled;
 #[cfg(not(feature = "remote"))]
-pub use disabled::{check_keys, exists, glob, upload, Object, Pending};
+pub use disabled::{check_keys, delete, exists, glob, upload, Object, Pending};
 
 /// The schemes that name an object in a store.
 pub const SCHEMES: &[&str] = &["s3", "s3a", "gs", "az", "azure", "abfs", "abfss", "adl", "http", "https"];

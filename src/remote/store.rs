@@ -381,6 +381,15 @@ impl Drop for Pending {
     }
 }
 
+/// Deletes the object at `path` (a missing one is no fault).
+pub fn delete(path: &Path) -> Result<()> {
+    let (store, key, url) = locate(path)?;
+    match block_on(store.delete(&key))? {
+        Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+        Err(e) => Err(fault(&url, e)),
+    }
+}
+
 /// Whether an object exists at `path`.
 pub fn exists(path: &Path) -> Result<bool> {
     let (store, key, url) = locate(path)?;
@@ -422,20 +431,22 @@ pub fn glob(pattern: &str) -> Result<Vec<PathBuf>> {
     Ok(urls)
 }
 
-/// Puts the local file `local` at `target`, never replacing an object: up to one part's
-/// size in one conditional put (`PutMode::Create`), larger after a check that no object
-/// is there by a multipart upload, aborted on any error. The object is then read back
-/// and compared with the file; one that differs is deleted and reported.
-pub fn upload(local: &Path, target: &Path) -> Result<()> {
+/// Puts the local file `local` at `target`, never replacing an object unless `replace`
+/// (the run's own checkpoint): up to one part's size in one conditional put
+/// (`PutMode::Create`), larger after a check that no object is there by a multipart
+/// upload, aborted on any error. The object is then read back and compared with the
+/// file; one that differs is deleted and reported.
+pub fn upload(local: &Path, target: &Path, replace: bool) -> Result<()> {
     let (store, key, url) = locate(target)?;
     let size = std::fs::metadata(local).map_err(|e| Error::io(local, e))?.len();
     let io = |e: std::io::Error| Error::io(local, e);
     if size <= PART as u64 {
         let bytes = std::fs::read(local).map_err(io)?;
-        let opts = PutOptions { mode: PutMode::Create, ..Default::default() };
+        let mode = if replace { PutMode::Overwrite } else { PutMode::Create };
+        let opts = PutOptions { mode, ..Default::default() };
         block_on(store.put_opts(&key, PutPayload::from(bytes), opts))?.map_err(|e| fault(&url, e))?;
     } else {
-        if exists(target)? {
+        if !replace && exists(target)? {
             return Err(fault(&url, object_store::Error::AlreadyExists { path: url.clone(), source: "exists".into() }));
         }
         let mut file = File::open(local).map_err(io)?;

@@ -89,9 +89,8 @@ fn fifos_directories_and_symlink_loops_are_refused_not_waited_on() {
     }
 }
 
-/// `file://` URLs are local paths everywhere (inputs, globs, models, outputs); a scheme no
-/// store reads is refused by name before anything is read; a checkpoint in an object
-/// store is refused (it is rewritten as the pass goes).
+/// `file://` URLs are local paths everywhere (inputs, globs, models, outputs, the
+/// checkpoint); a scheme no store reads is refused by name before anything is read.
 #[test]
 fn file_urls_are_local_paths_and_unknown_schemes_are_refused() {
     let dir = TempDir::new("urls");
@@ -113,9 +112,10 @@ fn file_urls_are_local_paths_and_unknown_schemes_are_refused() {
     let s4 = sketchfit(&["train", &p, "--set", "data.train=[\"s4://bucket/t.parquet\"]", "-o", &url("c.sfm")]);
     assert_eq!(s4.status.code(), Some(2));
     assert!(stderr(&s4).contains("'s4://' is not a storage scheme"), "{}", stderr(&s4));
-    let ck = sketchfit(&["train", &p, "--set", "run.checkpoint=\"s3://bucket/m.ckpt\"", "-o", &url("c.sfm")]);
-    assert_eq!(ck.status.code(), Some(2));
-    assert!(stderr(&ck).contains("run.checkpoint") && stderr(&ck).contains("local path"), "{}", stderr(&ck));
+    let ck = format!("run.checkpoint=\"{}\"", url("c.ckpt"));
+    let every = sketchfit(&["train", &p, "--set", &ck, "--set", "run.checkpoint_every=1", "-o", &url("f.sfm"), "-q"]);
+    assert_eq!(every.status.code(), Some(0), "{}", stderr(&every));
+    assert!(dir.path("f.sfm").exists() && !dir.path("c.ckpt").exists(), "a served checkpoint is removed");
     let opt = sketchfit(&["train", &p, "--storage-option", "novalue", "-o", &url("c.sfm")]);
     assert_eq!(opt.status.code(), Some(2));
     assert!(stderr(&opt).contains("--storage-option"), "{}", stderr(&opt));
