@@ -376,7 +376,9 @@ impl Dataset {
         if let Ok(p) = remote::Prefetch::start(object, meta, unit.file, unit.row_group, &indices) {
             list.push(p);
         }
-        while list.len() > ahead {
+        // The unit about to be read is still in the list (the reader takes it next):
+        // `ahead` beyond it, or a prefetch would evict the fetch its reader waits for.
+        while list.len() > ahead + 1 {
             list.remove(0);
         }
     }
