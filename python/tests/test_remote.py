@@ -25,6 +25,7 @@ import pytest
 import sketchfit as sf
 
 from conftest import REPO
+from test_interop import PIPELINE as interop_pipeline
 
 CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing-key",
@@ -121,27 +122,9 @@ def _header(blob: bytes) -> dict:
     return json.loads(json.loads(blob[8:8 + n])["__metadata__"]["sketchfit"])
 
 
-PIPELINE = """
-task = "classification"
-[data]
-train = ["{train}"]
-features = ["px*"]
-label = "label"
-[[stages]]
-kind = "tensor_sketch"
-degree = 3
-offset = 1.0
-dim = 1024
-normalize = "l2"
-[pca]
-components = 256
-[ridge]
-lambda = "gcv"
-[run]
-seed = 7
-checkpoint_every = 1
-chunk_rows = 100
-"""
+# The interop tests' digits pipeline, checkpointing after every 100-row chunk so that a
+# cut pass has a checkpoint to resume from.
+PIPELINE = interop_pipeline + "checkpoint_every = 1\nchunk_rows = 100\n"
 
 
 def _digits_parts(tmp_path, parts=4):

@@ -97,17 +97,29 @@ fn seconds(key: &str, value: &str, base: &str) -> Result<Duration> {
 }
 
 /// The retry budget in force: the defaults under the `max_retries` and `retry_timeout`
-/// options.
-fn budget() -> (usize, Duration) {
-    let mut b = (MAX_RETRIES, RETRY_TIMEOUT);
+/// options (one reading, for the stores and for the messages that state the budget).
+fn retry(base: &str) -> Result<RetryConfig> {
+    let mut retry = RetryConfig {
+        backoff: BackoffConfig {
+            init_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(5),
+            base: 2.0,
+        },
+        max_retries: MAX_RETRIES,
+        retry_timeout: RETRY_TIMEOUT,
+    };
     for (k, v) in options() {
         match k.as_str() {
-            "max_retries" => b.0 = v.trim().parse().unwrap_or(b.0),
-            "retry_timeout" => b.1 = seconds(&k, &v, "").unwrap_or(b.1),
+            "max_retries" => {
+                retry.max_retries = v.trim().parse().ok().filter(|n| *n <= 100).ok_or_else(|| {
+                    config_fault(base, format!("storage option max_retries = '{v}': give a count from 0 to 100"))
+                })?
+            }
+            "retry_timeout" => retry.retry_timeout = seconds(&k, &v, base)?,
             _ => {}
         }
     }
-    b
+    Ok(retry)
 }
 
 fn build(base: &str) -> Result<Arc<dyn ObjectStore>> {
@@ -119,29 +131,8 @@ fn build(base: &str) -> Result<Arc<dyn ObjectStore>> {
 
     let url = url::Url::parse(&format!("{base}/")).map_err(|e| config_fault(base, format!("not a valid URL ({e})")))?;
     let (scheme, _) = ObjectStoreScheme::parse(&url).map_err(|e| config_fault(base, e.to_string()))?;
-    let mut retry = RetryConfig {
-        backoff: BackoffConfig {
-            init_backoff: Duration::from_millis(100),
-            max_backoff: Duration::from_secs(5),
-            base: 2.0,
-        },
-        max_retries: MAX_RETRIES,
-        retry_timeout: RETRY_TIMEOUT,
-    };
-    let mut keyed = Vec::new();
-    for (k, v) in options() {
-        match k.as_str() {
-            "max_retries" => {
-                retry.max_retries = v.trim().parse().ok().filter(|n| *n <= 100).ok_or_else(|| {
-                    config_fault(base, format!("storage option max_retries = '{v}': give a count from 0 to 100"))
-                })?
-            }
-            "retry_timeout" => retry.retry_timeout = seconds(&k, &v, base)?,
-            _ => {
-                keyed.push((k, v));
-            }
-        }
-    }
+    let retry = retry(base)?;
+    let keyed = options().into_iter().filter(|(k, _)| !matches!(k.as_str(), "max_retries" | "retry_timeout"));
     // The timeouts go in as keys, under the ones given: a `with_client_options` would
     // reset what the environment set (AWS_ALLOW_HTTP among it).
     let mut settings: Vec<(String, String)> = vec![
@@ -238,7 +229,8 @@ fn fault(url: &str, e: object_store::Error) -> Error {
         | E::UnknownConfigurationKey { .. }
         | E::InvalidPath { .. } => (e.to_string(), false),
         _ => {
-            let (retries, within) = budget();
+            let (retries, within) =
+                retry("").map_or((MAX_RETRIES, RETRY_TIMEOUT), |r| (r.max_retries, r.retry_timeout));
             (
                 format!(
                     "the request failed ({e}) after up to {retries} retries within {}s; check the network and the \
