@@ -20,6 +20,11 @@
 #            its E = 1024 PCA features, next to pyarrow's read of the same file and
 #            scikit-learn's PolynomialCountSketch + RidgeClassifier predict at the same D
 #            (scripts/score_ref.py)
+#   remote   train (60k rows at D = 4096; one 266 MB object, and the same rows as 8 part
+#            files of one row group each) and predict of 1.02M rows (34 part files) from
+#            and to a local S3 server (moto_server on 127.0.0.1, in PYTHON's venv), each
+#            next to the same command on local files, interleaved, twice; with the
+#            server's own CPU time, which shares the machine's cores
 #   huge     train at D = 65,536 (tensor sketch, f32 Gram, fixed λ) on the 60k file:
 #            the 16 GiB triangle, checkpointed and factored in place (about an hour)
 #
@@ -166,6 +171,70 @@ if has score; then
   else
     echo "(reference skipped: $py has no numpy/pyarrow/scikit-learn)"
   fi
+fi
+
+if has remote; then
+  [ -f bench-data/rows-60000.parquet ] || $gen 60000 bench-data/rows-60000.parquet 7500
+  [ -f bench-data/rows-1200000.parquet ] || $gen 1200000 bench-data/rows-1200000.parquet 30000
+  echo
+  echo "## object store (moto_server on 127.0.0.1) next to local files"
+  if [ ! -f bench-data/score.sfm ]; then
+    pipeline score.toml rows-60000.parquet 4096 0.01
+    $bin train bench-data/score.toml -o bench-data/score.sfm --quiet >/dev/null
+  fi
+  "$py" - <<'PY'
+import pyarrow.parquet as pq, os
+for src, out, n in [("bench-data/rows-60000.parquet", "bench-data/parts60k", 8),
+                    ("bench-data/rows-1200000.parquet", "bench-data/parts1m", 34)]:
+    os.makedirs(out, exist_ok=True)
+    f = pq.ParquetFile(src)
+    for i in range(n):
+        p = f"{out}/part-{i:04d}.parquet"
+        if not os.path.exists(p):
+            pq.write_table(f.read_row_group(i), p + ".tmp", compression="none")
+            os.rename(p + ".tmp", p)
+PY
+  port=${MOTO_PORT:-5099}
+  export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench AWS_REGION=us-east-1 \
+    AWS_ENDPOINT_URL=http://127.0.0.1:$port AWS_ALLOW_HTTP=true
+  "$(dirname "$py")/moto_server" -H 127.0.0.1 -p "$port" >bench-data/moto.log 2>&1 &
+  moto=$!
+  trap 'kill $moto 2>/dev/null || true' EXIT
+  "$py" - <<'PY'
+import boto3, glob, os, time
+s = boto3.client("s3")
+for _ in range(50):
+    try:
+        s.create_bucket(Bucket="bench"); break
+    except Exception:
+        time.sleep(0.2)
+s.upload_file("bench-data/rows-60000.parquet", "bench", "rows-60000.parquet")
+s.upload_file("bench-data/score.sfm", "bench", "score.sfm")
+for f in sorted(glob.glob("bench-data/parts60k/*.parquet") + glob.glob("bench-data/parts1m/*.parquet")):
+    s.upload_file(f, "bench", f.removeprefix("bench-data/"))
+PY
+  cpu() { awk '{print $14 + $15}' "/proc/$moto/stat"; }
+  server() { # label, command…: the command, then the server's CPU seconds during it
+    local before; before=$(cpu)
+    timed "$@"
+    echo "  (moto_server CPU during it: $(awk -v a="$before" -v b="$(cpu)" 'BEGIN { print (b - a) / 100 }') s)"
+  }
+  pipeline remote-local.toml rows-60000.parquet 4096 0.01
+  pipeline remote-s3.toml s3://bench/rows-60000.parquet 4096 0.01
+  pipeline remote-parts-local.toml "parts60k/part-*.parquet" 4096 0.01
+  pipeline remote-parts-s3.toml "s3://bench/parts60k/part-*.parquet" 4096 0.01
+  for r in 1 2; do
+    timed "train, local file" $bin train bench-data/remote-local.toml -o bench-data/remote-l.sfm
+    server "train, s3:// object" $bin train bench-data/remote-s3.toml -o bench-data/remote-s.sfm
+    timed "train, 8 local part files" $bin train bench-data/remote-parts-local.toml -o bench-data/remote-pl.sfm
+    server "train, 8 s3:// part files" $bin train bench-data/remote-parts-s3.toml -o bench-data/remote-ps.sfm
+    timed "predict 1.02M rows, local" $bin predict bench-data/score.sfm -i 'bench-data/parts1m/part-*.parquet' \
+      -o bench-data/remote-pred.parquet
+    server "predict 1.02M rows, s3:// to s3://" $bin predict s3://bench/score.sfm \
+      -i 's3://bench/parts1m/part-*.parquet' -o "s3://bench/out/pred-$r.parquet"
+    rm -f bench-data/remote-*.sfm bench-data/remote-pred.parquet
+  done
+  kill $moto
 fi
 
 if has huge; then

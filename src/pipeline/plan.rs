@@ -493,7 +493,10 @@ impl Planner<'_> {
         };
         let mut maps = if f.map_bytes > 0 { format!(", maps {}", mib(f.map_bytes)) } else { String::new() };
         if f.fetch_bytes > 0 && !self.opts.from_parts {
-            maps += &format!(", object-store fetches {} (the row group decoded and the next)", mib(f.fetch_bytes));
+            maps += &format!(
+                ", object-store fetches {} (the row group decoded, the next, and one buffer kept for reuse)",
+                mib(f.fetch_bytes)
+            );
         }
         let line = format!(
             "memory: statistics {} (D = {dim}, {} pass(es){what}), chunk buffers {}{maps}, solve {} ({} path{}); {} rows × d = {d} in {} file(s)",

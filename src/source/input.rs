@@ -1,8 +1,10 @@
-//! Opening one input: a Parquet file's footer (local, or by range from an object store),
-//! the reader options every footer is read with, and what an opened file says of itself
+//! Opening the inputs: each Parquet file's footer (local, or by range from an object
+//! store, several objects at once), the reader options every footer is read with, and what an opened file says of itself
 //! (schema, row groups, the identity a resume or a shard is checked against).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use arrow_array::RecordBatch;
 use arrow_schema::{Field, Schema};
@@ -23,12 +25,52 @@ pub(super) fn reader_options() -> ArrowReaderOptions {
         .with_size_stats_policy(ParquetStatisticsPolicy::SkipAll)
 }
 
-pub(super) fn open_file(path: &Path) -> Result<InputFile> {
+/// Objects whose footers are fetched at once.
+const OPENERS: usize = 8;
+
+/// Opens every file in order. Objects in a store are opened [`OPENERS`] at a time (each
+/// costs a head and a footer request, which would otherwise wait on each other), the
+/// first alone so the others' footer requests can be sized by it; the first failure in
+/// path order is the one reported.
+pub(super) fn open_files(paths: &[PathBuf]) -> Result<Vec<InputFile>> {
+    let Some((first, rest)) = paths.split_first() else { return Ok(Vec::new()) };
+    let (file, tail) = open_file(first, remote::TAIL)?;
+    let mut files = vec![file];
+    if !rest.iter().any(|p| crate::remote::is_remote(p)) {
+        for p in rest {
+            files.push(open_file(p, tail)?.0);
+        }
+        return Ok(files);
+    }
+    let next = AtomicUsize::new(0);
+    let slots: Vec<Mutex<Option<Result<InputFile>>>> = rest.iter().map(|_| Mutex::new(None)).collect();
+    std::thread::scope(|scope| {
+        for _ in 0..OPENERS.min(rest.len()) {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let (Some(path), Some(slot)) = (rest.get(i), slots.get(i)) else { break };
+                let opened = open_file(path, tail).map(|(f, _)| f);
+                if let Ok(mut s) = slot.lock() {
+                    *s = Some(opened);
+                }
+            });
+        }
+    });
+    for slot in slots {
+        let opened = slot.into_inner().ok().flatten();
+        files.push(opened.unwrap_or_else(|| Err(Error::bug("an input was left unopened")))?);
+    }
+    Ok(files)
+}
+
+/// Opens one file; for an object, its footer request asks for `tail` bytes, and the
+/// tail its footer needed comes back beside it (`tail` for a local file).
+fn open_file(path: &Path, tail: u64) -> Result<(InputFile, u64)> {
     if crate::remote::is_remote(path) {
-        let (meta, object) = remote::open(path)?;
+        let (meta, object, fits) = remote::open(path, tail)?;
         crate::atomic::register_input(path);
         let meta = with_row_group_count(meta, path)?;
-        return Ok(InputFile { path: path.to_path_buf(), backing: Backing::Remote(meta, object) });
+        return Ok((InputFile { path: path.to_path_buf(), backing: Backing::Remote(meta, object) }, fits));
     }
     let file = crate::atomic::open_input(path)?;
     let meta = ArrowReaderMetadata::load(&file, reader_options()).map_err(|source| {
@@ -46,7 +88,7 @@ pub(super) fn open_file(path: &Path) -> Result<InputFile> {
         }
         Error::Parquet { location: Location::file(path), source }
     })?;
-    Ok(InputFile { path: path.to_path_buf(), backing: Backing::Parquet(with_row_group_count(meta, path)?) })
+    Ok((InputFile { path: path.to_path_buf(), backing: Backing::Parquet(with_row_group_count(meta, path)?) }, tail))
 }
 
 /// The metadata with the file-level row count set to its row groups' sum where a writer

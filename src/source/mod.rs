@@ -28,7 +28,7 @@ mod remote;
 use columns::{cast_to, check_no_nulls_at, column_indices, list_to_rows, resolve_features};
 pub use columns::{ColumnSpec, FeatureColumns, ResolvedFeatures};
 pub use folds::fold_of;
-use input::{open_file, reader_options};
+use input::{open_files, reader_options};
 pub use labels::Classes;
 use labels::{is_label_type, label_values};
 
@@ -161,7 +161,7 @@ impl Dataset {
         if paths.is_empty() {
             return Err(Error::config("input", "files", "no input files given"));
         }
-        let files = paths.iter().map(|p| open_file(p)).collect::<Result<Vec<_>>>()?;
+        let files = open_files(&paths)?;
         Dataset::from_inputs(files, spec)
     }
 
@@ -383,9 +383,9 @@ impl Dataset {
         }
     }
 
-    /// The fetched bytes a pass over remote files holds at most: the unit being decoded
-    /// and the ones fetched ahead, each the largest row group's projected chunks (0 for
-    /// local files).
+    /// The fetched bytes a pass over remote files holds at most: the unit being decoded,
+    /// the ones fetched ahead and the fetch buffer kept for reuse, each the largest row
+    /// group's projected chunks (0 for local files).
     pub fn remote_bytes(&self) -> u64 {
         let names = self.names();
         let largest = self
@@ -397,7 +397,7 @@ impl Dataset {
             })
             .max()
             .unwrap_or(0);
-        largest * (PREFETCH_UNITS as u64 + 1)
+        largest * (PREFETCH_UNITS as u64 + 2)
     }
 
     /// Reads one unit in chunks of at most `chunk_rows` rows, calling `f` on each.

@@ -1,5 +1,6 @@
 //! Parquet in an object store, read by range: the footer through parquet's push decoder
-//! (the file's last 64 KiB fetched first, so a usual footer costs one request), then per
+//! (the file's last bytes fetched first — 64 KiB, or as many as the glob's first footer
+//! took — so a footer usually costs one request), then per
 //! row group only the projected columns' chunks, fetched in one coalesced request set and
 //! decoded from memory by the same reader as a local file. Memory per unit read is the
 //! projected row group's compressed bytes.
@@ -20,11 +21,14 @@ use parquet::DecodeResult;
 use crate::error::{Error, Location, Result};
 use crate::remote::{Object, Pending};
 
-/// The footer bytes asked for first.
-const TAIL: u64 = 64 << 10;
+/// The footer bytes asked for first when nothing better is known.
+pub(super) const TAIL: u64 = 64 << 10;
 
-/// Opens the object `path` names and decodes its footer.
-pub(super) fn open(path: &Path) -> Result<(ArrowReaderMetadata, Arc<Object>)> {
+/// Opens the object `path` names and decodes its footer, asking first for its last
+/// `tail` bytes. Also returns the tail that would have held this footer whole: files of
+/// one glob share a schema, so their footers are about one size, and a 784-column footer
+/// (~660 KB) would cost every file two requests at the default.
+pub(super) fn open(path: &Path, tail: u64) -> Result<(ArrowReaderMetadata, Arc<Object>, u64)> {
     let object = Object::open(path)?;
     let size = object.size();
     let loc = || Location::file(path);
@@ -40,8 +44,16 @@ pub(super) fn open(path: &Path) -> Result<(ArrowReaderMetadata, Arc<Object>)> {
         .map_err(parquet)?
         .with_page_index_policy(PageIndexPolicy::Skip)
         .with_metadata_options(Some(Arc::new(options.metadata_options().clone())));
-    let tail = size.saturating_sub(TAIL)..size;
+    let tail = size.saturating_sub(tail.max(12))..size;
     let bytes = object.get_ranges(std::slice::from_ref(&tail))?;
+    let footer = bytes.first().filter(|b| b.len() >= 8).map_or(0, |b| {
+        let n = b.len();
+        u64::from(u32::from_le_bytes([b[n - 8], b[n - 7], b[n - 6], b[n - 5]]))
+    });
+    // The footer plus its 8-byte trailer, and an eighth more for footers that differ a
+    // little (other statistics, longer strings); at most 16 MiB whatever a damaged
+    // trailer says.
+    let fits = (footer + 8).saturating_add(footer / 8).clamp(TAIL, 16 << 20);
     decoder.push_ranges(vec![tail], bytes).map_err(parquet)?;
     let metadata = loop {
         match decoder.try_decode().map_err(parquet)? {
@@ -56,7 +68,7 @@ pub(super) fn open(path: &Path) -> Result<(ArrowReaderMetadata, Arc<Object>)> {
         }
     };
     let meta = ArrowReaderMetadata::try_new(Arc::new(metadata), options).map_err(parquet)?;
-    Ok((meta, Arc::new(object)))
+    Ok((meta, Arc::new(object), fits))
 }
 
 /// The fetch of row group `rg`'s root columns `indices`, under way.
