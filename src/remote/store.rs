@@ -264,9 +264,16 @@ fn locate(path: &Path) -> Result<(Arc<dyn ObjectStore>, Key, String)> {
 }
 
 impl Object {
-    /// Opens the object `path` names (a head request: its size and ETag).
+    /// Opens the object `path` names: its size and ETag from the listing a glob just
+    /// made, else from a head request.
     pub fn open(path: &Path) -> Result<Object> {
         let (store, key, url) = locate(path)?;
+        // Taken, not read: a later open (a long-lived Python process) asks the store again.
+        let listed =
+            LISTED.lock().ok().and_then(|mut l| l.iter().position(|(u, _, _)| *u == url).map(|i| l.swap_remove(i)));
+        if let Some((_, size, etag)) = listed {
+            return Ok(Object { store, key, url, size, etag });
+        }
         let meta = block_on(store.head(&key))?.map_err(|e| fault(&url, e))?;
         Ok(Object { store, key, url, size: meta.size, etag: meta.e_tag })
     }
@@ -430,6 +437,10 @@ pub fn delete(path: &Path) -> Result<()> {
     }
 }
 
+/// What the globs listed and nothing has opened yet: URL, size and ETag. The objects are
+/// opened right after, so their head requests (a round trip each) are not needed.
+static LISTED: Mutex<Vec<(String, u64, Option<String>)>> = Mutex::new(Vec::new());
+
 /// Whether an object exists at `path`.
 pub fn exists(path: &Path) -> Result<bool> {
     let (store, key, url) = locate(path)?;
@@ -452,18 +463,22 @@ pub fn glob(pattern: &str) -> Result<Vec<PathBuf>> {
     let store = store_for(&base)?;
     let prefix = (!prefix.is_empty()).then(|| Key::from(prefix));
     let opts = glob::MatchOptions { require_literal_separator: true, ..Default::default() };
-    let keys = block_on(async {
+    let found = block_on(async {
         let mut listing = store.list(prefix.as_ref());
-        let mut keys = Vec::new();
+        let mut found = Vec::new();
         while let Some(meta) = listing.next().await {
             let meta = meta.map_err(|e| fault(pattern, e))?;
             if matcher.matches_with(meta.location.as_ref(), opts) {
-                keys.push(meta.location.to_string());
+                found.push((format!("{base}/{}", meta.location), meta.size, meta.e_tag));
             }
         }
-        Ok::<_, Error>(keys)
+        Ok::<_, Error>(found)
     })??;
-    let mut urls: Vec<PathBuf> = keys.into_iter().map(|k| PathBuf::from(format!("{base}/{k}"))).collect();
+    let mut urls: Vec<PathBuf> = found.iter().map(|(u, _, _)| PathBuf::from(u)).collect();
+    if let Ok(mut listed) = LISTED.lock() {
+        listed.retain(|(u, _, _)| !found.iter().any(|(f, _, _)| f == u));
+        listed.extend(found);
+    }
     urls.sort();
     if urls.is_empty() {
         return Err(bad("no object matches this pattern".into()));
