@@ -17,9 +17,10 @@
 #            by block Krylov (up to KRYLOV_MAX_D = 16384) vs dense
 #   score    predict of 1.2M × 784 f32 rows (row groups of 30,000) by a degree-3 tensor
 #            sketch model at D = 4096 (10 classes) with 1 and 2 threads, and transform to
-#            its E = 1024 PCA features, next to pyarrow's read of the same file and
-#            scikit-learn's PolynomialCountSketch + RidgeClassifier predict at the same D
-#            (scripts/score_ref.py)
+#            its E = 1024 PCA features, next to the Python Model.predict of the same rows
+#            as one NumPy array (scripts/python_score.py), pyarrow's read of the same file
+#            and scikit-learn's PolynomialCountSketch + RidgeClassifier predict at the same
+#            D (scripts/score_ref.py)
 #   remote   train (60k rows at D = 4096; one 266 MB object, and the same rows as 8 part
 #            files of one row group each) and predict of 1.02M rows (34 part files) from
 #            and to a local S3 server (moto_server on 127.0.0.1, in PYTHON's venv), each
@@ -166,6 +167,9 @@ if has score; then
   timed "transform to 1024 PCA features" $bin transform bench-data/score-pca.sfm -i "$f" \
     -o bench-data/score-out.parquet
   rm -f bench-data/score-out.parquet
+  if "$py" -c "import sketchfit, numpy, pyarrow" 2>/dev/null; then
+    "$py" scripts/python_score.py "$f" bench-data/score.sfm
+  fi
   if "$py" -c "import numpy, pyarrow, sklearn" 2>/dev/null; then
     "$py" scripts/score_ref.py "$f" 4096 bench-data/rows-60000.parquet
   else
