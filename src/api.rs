@@ -345,6 +345,19 @@ impl Model {
         Ok(self.class_scores(&self.scores(x, rows, &mut z, all_cores())))
     }
 
+    /// The PCA features (`rows × ΣE`, row-major) of row-major features `x`, checked as
+    /// [`Model::decision_function`] checks them.
+    pub fn pca_features(&self, x: &[f32]) -> Result<Vec<f64>> {
+        if self.header.projections.is_empty() {
+            return Err(
+                self.refuse("the model has no PCA projection (it was trained without [pca]); nothing to transform")
+            );
+        }
+        let rows = self.rows_of(x)?;
+        let mut z = Vec::new();
+        Ok(self.transform(x, rows, &mut z, all_cores()))
+    }
+
     /// The predicted class index of every row of row-major features `x` (see
     /// [`crate::source::Classes::name`] for the labels).
     pub fn predict_classes(&self, x: &[f32]) -> Result<Vec<usize>> {

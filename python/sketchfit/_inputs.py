@@ -94,6 +94,24 @@ def table_for(X, features: dict) -> pa.Table:
     return pa.Table.from_arrays([pa.array(np.asarray(X[:, j])) for j in range(len(names))], names=names)
 
 
+def scores_of(core, X, features: dict, pca: bool):
+    """``core.scores`` of a model's input: ``(bytes of f64, rows, columns)``. A NumPy
+    array of the model's width goes to the core as row-major float32 rows, without a
+    copy when it is C-ordered float32: gathering its columns into Arrow one strided
+    column at a time took about as long as scoring them (1.2M x 784). Whatever that way
+    refuses (a non-finite value, a float64 beyond float32) is scored the Arrow way, whose
+    message names the row and column."""
+    if not is_arrow(X):
+        A = np.asarray(X)
+        if A.ndim == 2 and A.shape[1] == features["dim"] and A.dtype in (np.float32, np.float64):
+            try:
+                return core.scores_rows(numpy_table(np.ascontiguousarray(A, dtype=np.float32))[0], pca)
+            except ValueError:
+                pass
+        return core.scores(table_for(X, features), pca)
+    return core.scores(arrow_table(X), pca)
+
+
 def features_table(est, X, reset: bool, min_rows: int = 1, check=None):
     """An estimator's input as Arrow and the pipeline's feature keys. Arrow inputs keep
     their column names and buffers (and set or check ``feature_names_in_``); anything

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from . import _core
-from ._inputs import arrow_table, expand_paths, is_arrow, is_paths, numpy_table, table_for
+from ._inputs import arrow_table, expand_paths, is_arrow, is_paths, numpy_table, scores_of
 
 
 @contextlib.contextmanager
@@ -164,26 +164,27 @@ class Model:
         c = self.header.get("classes")
         return None if c is None else list(c["values"])
 
-    def _table(self, X) -> pa.Table:
-        return X if isinstance(X, pa.Table) else table_for(X, self.header["features"])
+    def _scores(self, X, pca: bool):
+        if isinstance(X, pa.Table):
+            return self._core.scores(X, pca)
+        return scores_of(self._core, X, self.header["features"], pca)
 
     def decision_function(self, X) -> np.ndarray:
         """``f(x)`` per row: ``(n,)`` for one output, else ``(n, outputs)``."""
-        data, rows, cols = self._core.scores(self._table(X), False)
+        data, rows, cols = self._scores(X, False)
         out = np.frombuffer(data, dtype="<f8").reshape(rows, cols)
         return out[:, 0] if cols == 1 else out
 
     def predict(self, X) -> np.ndarray:
         """Class labels (classification) or values (regression)."""
-        data, rows, cols = self._core.scores(self._table(X), False)
-        scores = np.frombuffer(data, dtype="<f8")
+        data, rows, cols = self._scores(X, False)
         classes = self.classes
         if classes is None:
-            out = scores.reshape(rows, cols)
+            out = np.frombuffer(data, dtype="<f8").reshape(rows, cols)
             return out[:, 0] if cols == 1 else out
-        return np.asarray(classes)[np.asarray(self._core.classify(scores), dtype=np.intp)]
+        return np.asarray(classes)[np.frombuffer(self._core.classify(data), dtype="<i8")]
 
     def transform(self, X) -> np.ndarray:
         """The PCA features ``(n, ΣE)`` (a model trained with PCA)."""
-        data, rows, cols = self._core.scores(self._table(X), True)
+        data, rows, cols = self._scores(X, True)
         return np.frombuffer(data, dtype="<f8").reshape(rows, cols)

@@ -15,7 +15,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import assert_all_finite, check_is_fitted, column_or_1d, validate_data
 
 from . import _core
-from ._inputs import arrow_table, expand_paths, features_table, is_arrow, is_paths, label_array, table_for, with_columns
+from ._inputs import arrow_table, expand_paths, features_table, is_arrow, is_paths, label_array, scores_of, with_columns
 from ._spec import pipeline_text, seed_of, stage_dicts
 from .core import Model, Statistics, storage
 
@@ -66,14 +66,16 @@ class _SketchModel(BaseEstimator):
     def _features(self, X, reset: bool):
         return features_table(self, X, reset, min_rows=2)
 
-    def _predict_table(self, X):
+    def _scores(self, X, pca: bool):
+        """``(model, bytes of f64, rows, columns)``: the decision values of ``X`` (or with
+        ``pca`` its PCA features), checked as scikit-learn checks a predict input."""
         check_is_fitted(self, "n_features_in_")
         model = self._ensure_model()
         if is_arrow(X):
             self._features(X, reset=False)
-            return model, arrow_table(X)
+            return (model, *model._core.scores(arrow_table(X), pca))
         X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32], order=None, ensure_all_finite=False)
-        return model, table_for(X, model.header["features"])
+        return (model, *scores_of(model._core, X, model.header["features"], pca))
 
     # State ------------------------------------------------------------------------
 
@@ -302,16 +304,13 @@ class SketchRidgeClassifier(ClassifierMixin, _SketchModel):
         return self
 
     def decision_function(self, X):
-        model, table = self._predict_table(X)
-        data, rows, cols = model._core.scores(table, False)
+        _, data, rows, cols = self._scores(X, False)
         out = np.frombuffer(data, dtype="<f8").reshape(rows, cols)
         return out[:, 0] if cols == 1 else out
 
     def predict(self, X):
-        model, table = self._predict_table(X)
-        data, rows, cols = model._core.scores(table, False)
-        idx = np.asarray(model._core.classify(np.frombuffer(data, dtype="<f8")), dtype=np.intp)
-        return self.classes_[idx]
+        model, data, _, _ = self._scores(X, False)
+        return self.classes_[np.frombuffer(model._core.classify(data), dtype="<i8")]
 
 
 class SketchRidgeRegressor(RegressorMixin, _SketchModel):
@@ -372,8 +371,7 @@ class SketchRidgeRegressor(RegressorMixin, _SketchModel):
         return self
 
     def predict(self, X):
-        model, table = self._predict_table(X)
-        data, rows, cols = model._core.scores(table, False)
+        _, data, rows, cols = self._scores(X, False)
         out = np.frombuffer(data, dtype="<f8").reshape(rows, cols)
         return out[:, 0] if self._single else out.copy()
 
@@ -427,8 +425,7 @@ class RFPCA(TransformerMixin, _SketchModel):
         return self
 
     def transform(self, X):
-        model, table = self._predict_table(X)
-        data, rows, cols = model._core.scores(table, True)
+        _, data, rows, cols = self._scores(X, True)
         return np.frombuffer(data, dtype="<f8").reshape(rows, cols).copy()
 
     def __sklearn_tags__(self):

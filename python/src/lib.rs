@@ -264,16 +264,28 @@ impl PyModel {
         serde_json::to_string(&self.inner.header).map_err(|e| PyRuntimeError::new_err(e.to_string()))
     }
 
-    /// Class indices of row-major per-class decision values, as `scores` returns them
-    /// (the sign for two classes one-vs-all, else the argmax; for ECOC the argmax of the
-    /// class scores is the nearest code word).
-    fn classify(&self, scores: Vec<f64>) -> PyResult<Vec<usize>> {
+    /// Class indices (little-endian i64 bytes, for `np.frombuffer`) of row-major
+    /// per-class decision values as `scores` returns them (the sign for two classes
+    /// one-vs-all, else the argmax; for ECOC the argmax of the class scores is the
+    /// nearest code word). Bytes both ways: a list of 12M floats cost a second each way.
+    fn classify<'py>(&self, py: Python<'py>, scores: &Bound<'py, PyByteArray>) -> PyResult<Bound<'py, PyByteArray>> {
+        let bytes = scores.to_vec();
         let code = self.inner.output_code();
         let k = code.score_columns();
-        if self.inner.header.classes.is_none() || !scores.len().is_multiple_of(k) {
+        if self.inner.header.classes.is_none() || !bytes.len().is_multiple_of(8 * k) {
             return Err(PyValueError::new_err("not the scores of a classifier"));
         }
-        Ok(code.classify_scores(&scores))
+        let values: Vec<f64> = bytes
+            .chunks_exact(8)
+            .map(|b| f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
+            .collect();
+        let classes = py.detach(|| code.classify_scores(&values));
+        PyByteArray::new_with(py, classes.len() * 8, |buf| {
+            for (dst, &c) in buf.chunks_exact_mut(8).zip(&classes) {
+                dst.copy_from_slice(&(c as i64).to_le_bytes());
+            }
+            Ok(())
+        })
     }
 
     /// `(bytes of f64, rows, columns)`: decision values, or with `pca` the PCA features.
@@ -288,6 +300,39 @@ impl PyModel {
         let (v, rows) = py.detach(|| self.inner.score_batches(&b, pca)).map_err(py_err)?;
         let cols = v.len().checked_div(rows).unwrap_or(0);
         Ok((f64_bytes(py, &v)?, rows, cols))
+    }
+
+    /// [`PyModel::scores`] of row-major features in the model's order, given as one
+    /// `FixedSizeList<float32>` column (a NumPy array, imported without a copy): no
+    /// column is looked up or gathered, so a C-ordered array is scored where it lies.
+    #[pyo3(signature = (source, pca=false))]
+    fn scores_rows<'py>(
+        &self,
+        py: Python<'py>,
+        source: &Bound<'py, PyAny>,
+        pca: bool,
+    ) -> PyResult<(Bound<'py, PyByteArray>, usize, usize)> {
+        use arrow_array::cast::AsArray;
+        use arrow_array::types::Float32Type;
+        let mut out = Vec::new();
+        let mut rows = 0;
+        for batch in batches(source)? {
+            let bad = || PyTypeError::new_err("expected one FixedSizeList<float32> column of rows");
+            let list = batch.columns().first().and_then(|c| c.as_fixed_size_list_opt()).ok_or_else(bad)?;
+            let values = list.values().as_primitive_opt::<Float32Type>().ok_or_else(bad)?;
+            if list.null_count() > 0 || values.null_count() > 0 {
+                return Err(PyValueError::new_err("rows with missing values cannot be scored"));
+            }
+            let d = usize::try_from(list.value_length()).map_err(|_| bad())?;
+            let x = values.values().get(..list.len() * d).ok_or_else(bad)?;
+            let v = py
+                .detach(|| if pca { self.inner.pca_features(x) } else { self.inner.decision_function(x) })
+                .map_err(py_err)?;
+            out.extend_from_slice(&v);
+            rows += list.len();
+        }
+        let cols = out.len().checked_div(rows).unwrap_or(0);
+        Ok((f64_bytes(py, &out)?, rows, cols))
     }
 }
 

@@ -170,3 +170,25 @@ def test_model_file_roundtrip_and_damage(tmp_path, digits):
     pathlib.Path(tmp_path / "bad.sfm").write_bytes(bytes(raw))
     with pytest.raises(ValueError, match="checksum|not a valid|damaged"):
         sf.Model.load(tmp_path / "bad.sfm")
+
+
+def test_numpy_rows_score_as_the_arrow_way(digits):
+    """A model trained on named columns scores a NumPy array as the same rows handed over
+    whole (no per-column gather): the same bits as the Arrow table of those columns, for
+    float32 or float64, and the Arrow way's message for a value it cannot take."""
+    X, y, Xt, _, _, te, feats = digits
+    text = PIPELINE.format(train=REPO / "data" / "digits_train.parquet")
+    model = sf.Pipeline(text).fit([str(REPO / "data" / "digits_train.parquet")])
+    named = te.select(feats)
+    for fn in ("decision_function", "predict", "transform"):
+        arrow = getattr(model, fn)(named)
+        np.testing.assert_array_equal(getattr(model, fn)(Xt), arrow, err_msg=fn)
+        np.testing.assert_array_equal(getattr(model, fn)(Xt.astype(np.float64)), arrow, err_msg=fn)
+        np.testing.assert_array_equal(getattr(model, fn)(np.asfortranarray(Xt)), arrow, err_msg=fn)
+    assert (model.predict(Xt) == te.column("label").to_numpy()).mean() > 0.9
+    bad = Xt.copy()
+    bad[4, 2] = np.nan
+    with pytest.raises(ValueError, match=r"row 4, column 'px2'.*NaN"):
+        model.predict(bad)
+    with pytest.raises(ValueError, match="features"):
+        model.predict(Xt[:, :10])

@@ -253,10 +253,42 @@ pub(crate) fn bounded_writer(row_bytes: usize) -> WriterProperties {
         .build()
 }
 
+/// The memory line a scoring command says before it reads (with its progress bar): what
+/// the stream holds at most whatever the rows — the chunks in flight (a token per chunk
+/// bounds them at the workers + 2, and one more is being decoded), each worker's scratch,
+/// the writer's row group and any object-store fetches — beside the model. `out_row` is
+/// one row's bytes as scored, before encoding.
+fn memory_line(ds: &Dataset, opts: &PredictOptions, out_row: usize, scratch: u64) -> String {
+    use crate::pipeline::plan::mib;
+    let threads = opts.threads.max(1);
+    let rows = opts.chunk_rows.max(1).min(usize::try_from(ds.total_rows()).unwrap_or(usize::MAX)).max(1);
+    let chunk = (rows * (4 * ds.dim() + out_row + 8 * opts.keep.len())) as u64;
+    let alive = threads as u64 + 3;
+    let mut line = format!(
+        "memory: chunks {} ({alive} of {rows} rows at most), scoring scratch {} ({threads} thread(s)), output row group ≤ {}",
+        mib(alive * chunk),
+        mib(threads as u64 * scratch),
+        mib(ROW_GROUP_BYTES as u64)
+    );
+    let fetch = ds.remote_bytes();
+    if fetch > 0 {
+        line += &format!(
+            ", object-store fetches {} (the row group decoded, the next, and one buffer kept for reuse)",
+            mib(fetch)
+        );
+    }
+    line + "; besides the model"
+}
+
 /// Writes predictions for `inputs` to the Parquet file `output`, atomically.
 pub fn predict(model: &Model, inputs: &[PathBuf], output: &Path, opts: &PredictOptions) -> Result<u64> {
     let ds = open_for(model, inputs, false, &opts.keep)?;
     let schema = prediction_schema(model, &ds, opts)?;
+    if opts.progress {
+        let out_row = 8 * (1 + model.header.outputs + score_names(model, opts).len());
+        let scratch = crate::scoring::scratch_bytes(model.pipeline.output_dim(), 0);
+        eprintln!("{}", memory_line(&ds, opts, out_row, scratch));
+    }
     let mut out = AtomicFile::create(output)?;
     // Kept columns are counted at 8 bytes: a string column's rows may be longer.
     let props = bounded_writer(8 * schema.fields().len());
@@ -405,6 +437,10 @@ pub fn transform(model: &Model, inputs: &[PathBuf], output: &Path, opts: &Predic
         );
     }
     let ds = open_for(model, inputs, false, &opts.keep)?;
+    if opts.progress {
+        let scratch = crate::scoring::scratch_bytes(model.pipeline.output_dim(), e);
+        eprintln!("{}", memory_line(&ds, opts, 12 * e, scratch));
+    }
     let mut fields = kept_fields(&ds, &opts.keep)?;
     if opts.keep.iter().any(|k| k == "pca") {
         return Err(Error::usage("--keep", "kept column 'pca' clashes with the output column"));

@@ -40,6 +40,15 @@ fn predictions_scores_and_pca_features_are_the_same_bytes_for_any_thread_count()
             args.extend(extra.iter().copied());
             let run = sketchfit(&args);
             assert_eq!(run.status.code(), Some(0), "{cmd} --threads {threads}: {}", stderr(&run));
+            // What the stream holds is said before it reads, by part, for the threads asked.
+            let said = stderr(&run);
+            let line = said.lines().find(|l| l.starts_with("memory: chunks ")).unwrap_or_default();
+            assert!(
+                line.contains(&format!("({} of 100 rows at most)", threads.parse::<usize>().unwrap() + 3))
+                    && line.contains(&format!("({threads} thread(s))"))
+                    && line.contains("output row group ≤ 64.0 MiB"),
+                "{cmd}: {said}"
+            );
             outputs.push(std::fs::read(&out).unwrap());
         }
         assert!(outputs[0] == outputs[1] && outputs[0] == outputs[2], "{cmd}: the thread count changed the output");
@@ -117,4 +126,36 @@ fn predictions_scores_and_pca_features_are_the_same_bytes_for_any_thread_count()
     let one = m.scores(&x, rows, &mut z, 1);
     let three = m.scores(&x, rows, &mut z, 3);
     assert_eq!(one, three);
+    // Nor on the chunk size: a row's PCA features are the same bits whichever product
+    // block (and its size) the row lands in.
+    let pca = |path: &std::path::Path| -> Vec<u32> {
+        read(path)
+            .iter()
+            .flat_map(|b| {
+                let list = b.column_by_name("pca").unwrap().as_fixed_size_list().clone();
+                list.values().as_primitive::<arrow_array::types::Float32Type>().values().to_vec()
+            })
+            .map(f32::to_bits)
+            .collect()
+    };
+    let reference = pca(&dir.path("transform-2.parquet"));
+    assert_eq!(reference.len(), rows * 64);
+    for chunk in ["1", "37", "1000"] {
+        let out = dir.path(&format!("transform-chunk-{chunk}.parquet"));
+        let args = [
+            "transform",
+            model.to_str().unwrap(),
+            "-i",
+            &test,
+            "-o",
+            out.to_str().unwrap(),
+            "--threads",
+            "2",
+            "--chunk-rows",
+            chunk,
+        ];
+        let run = sketchfit(&args);
+        assert_eq!(run.status.code(), Some(0), "transform --chunk-rows {chunk}: {}", stderr(&run));
+        assert!(pca(&out) == reference, "--chunk-rows {chunk} changed the PCA features");
+    }
 }
