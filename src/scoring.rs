@@ -178,7 +178,8 @@ impl Scorer {
     /// (`rows × outputs`), one block at a time on this thread.
     pub fn scores(&mut self, pipeline: &FeaturePipeline, head: &Head, x: &[f32], rows: usize) -> Vec<f64> {
         let mut out = Vec::with_capacity(rows * head.outputs);
-        self.each_block(pipeline, x, rows, |z, n, wide| head.apply(z, n, wide, &mut out));
+        let step = block_rows(pipeline.output_dim());
+        self.each_block(pipeline, x, rows, step, |_, z, n, wide| head.apply(z, n, wide, &mut out));
         out
     }
 
@@ -191,26 +192,21 @@ impl Scorer {
         rows: usize,
     ) -> Vec<f64> {
         let total: usize = projectors.iter().map(|p| p.components).sum();
-        let (d, dim) = (pipeline.input_dim(), pipeline.output_dim());
+        let dim = pipeline.output_dim();
         let mut out = vec![0.0; rows * total];
         let mut proj = std::mem::take(&mut self.proj);
-        let step = projection_rows(dim);
-        let mut start = 0;
-        while start < rows {
-            let n = step.min(rows - start);
-            self.z.resize(n * dim, 0.0);
-            pipeline.map_chunk(&x[start * d..(start + n) * d], n, &mut self.z, 1);
+        self.each_block(pipeline, x, rows, projection_rows(dim), |start, z, n, wide| {
             let mut col = 0;
             for p in projectors {
                 let (len, e) = (p.mean.len(), p.components);
-                self.wide.clear();
+                wide.clear();
                 for r in 0..n {
-                    let zr = &self.z[r * dim + p.start..r * dim + p.start + len];
-                    self.wide.extend(zr.iter().zip(p.mean).map(|(&v, m)| f64::from(v) - m));
+                    let zr = &z[r * dim + p.start..r * dim + p.start + len];
+                    wide.extend(zr.iter().zip(p.mean).map(|(&v, m)| f64::from(v) - m));
                 }
                 proj.clear();
                 proj.resize(n * e, 0.0);
-                let a = MatRef::from_row_major_slice(&self.wide, n, len);
+                let a = MatRef::from_row_major_slice(wide, n, len);
                 let b = MatRef::from_row_major_slice(p.basis, len, e);
                 matmul(MatMut::from_row_major_slice_mut(&mut proj, n, e), Accum::Replace, a, b, 1.0, Par::Seq);
                 for r in 0..n {
@@ -219,27 +215,28 @@ impl Scorer {
                 }
                 col += e;
             }
-            start += n;
-        }
+        });
         self.proj = proj;
         out
     }
 
+    /// Maps `rows` rows `step` at a time into the features buffer and calls `f(first row,
+    /// features, rows, f64 scratch)` on each block.
     fn each_block(
         &mut self,
         pipeline: &FeaturePipeline,
         x: &[f32],
         rows: usize,
-        mut f: impl FnMut(&[f32], usize, &mut Vec<f64>),
+        step: usize,
+        mut f: impl FnMut(usize, &[f32], usize, &mut Vec<f64>),
     ) {
         let (d, dim) = (pipeline.input_dim(), pipeline.output_dim());
-        let step = block_rows(dim);
         let mut start = 0;
         while start < rows {
             let n = step.min(rows - start);
             self.z.resize(n * dim, 0.0);
             pipeline.map_chunk(&x[start * d..(start + n) * d], n, &mut self.z, 1);
-            f(&self.z[..n * dim], n, &mut self.wide);
+            f(start, &self.z[..n * dim], n, &mut self.wide);
             start += n;
         }
     }
