@@ -444,7 +444,9 @@ impl Planner<'_> {
         if self.opts.from_parts {
             0
         } else {
-            (4 * chunk * (d * 4 + 2 * dim)) as u64 + GramStats::scratch_bytes(dim)
+            let threads = self.opts.threads_for(self.checked);
+            (4 * chunk * (d * 4 + 2 * dim)) as u64
+                + GramStats::scratch_bytes(dim, self.checked.spec().run.gram, threads)
         }
     }
 

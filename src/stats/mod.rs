@@ -4,7 +4,8 @@
 //! `u = Σy`, `v = Σy∘y`. They add chunk by chunk, merge across shards and threads,
 //! and are all that the solvers see.
 
-use crate::error::{Error, Result};
+use crate::error::Result;
+mod add;
 mod file;
 mod tri;
 
@@ -12,8 +13,7 @@ pub use file::{checksum, stats_from_bytes, stats_from_file, stats_to_bytes, stat
 pub(crate) use tri::{parallel, split_tiles, tile_len, tile_range};
 pub use tri::{TriGram, TILE};
 
-/// Rows widened to f64 at a time: bounds the f64 copy of a chunk to `ROW_BLOCK × D`.
-const ROW_BLOCK: usize = 1024;
+use add::{FALLBACK_ROWS, GROUP, ROW_BLOCK, ROW_BLOCK_F32};
 
 static GEMM_NANOS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -30,7 +30,7 @@ pub enum Precision {
     /// f64 products (the default).
     #[default]
     F64,
-    /// f32 products over blocks of at most 1,024 rows, added into the f64 sums.
+    /// f32 products over blocks of at most 2,048 rows, added into the f64 sums.
     F32,
 }
 
@@ -100,9 +100,19 @@ impl GramStats {
         8 * (TriGram::len_for(dim) + dim * (2 + c) + 2 * c) as u64
     }
 
-    /// Bytes of the scratch one [`GramStats::add`] call allocates.
-    pub fn scratch_bytes(dim: usize) -> u64 {
-        8 * (ROW_BLOCK * dim) as u64
+    /// Bytes of the scratch one [`GramStats::add_with`] call allocates in the given
+    /// precision on `threads` threads: the block copy, and in f32 a block of f32
+    /// features, per thread a group of them widened and a tile product, and the rare
+    /// f64 fallback's block.
+    pub fn scratch_bytes(dim: usize, precision: Precision, threads: usize) -> u64 {
+        match precision {
+            Precision::F64 => 8 * (ROW_BLOCK * dim) as u64,
+            Precision::F32 => {
+                let per_thread = 8 * GROUP * ROW_BLOCK_F32;
+                (4 * ROW_BLOCK_F32 * dim + 8 * FALLBACK_ROWS * dim + per_thread * threads.max(1)) as u64
+                    + TriGram::f32_scratch_bytes(threads)
+            }
+        }
     }
 
     /// Bytes held.
@@ -124,105 +134,6 @@ impl GramStats {
     /// [`GramStats::add`] with the Gram products in the given precision.
     pub fn add_with(&mut self, z: &[f32], y: &[f64], rows: usize, threads: usize, precision: Precision) -> Result<()> {
         self.add_rows(z, y, rows, threads, precision)
-    }
-
-    #[allow(clippy::expect_used)] // Invariant: a block holds nb × dim features by construction of the chunk loop.
-    fn add_rows<T: Copy + Into<f64> + Sync>(
-        &mut self,
-        z: &[T],
-        y: &[f64],
-        rows: usize,
-        threads: usize,
-        precision: Precision,
-    ) -> Result<()> {
-        let (dim, c) = (self.dim(), self.c);
-        assert!(z.len() >= rows * dim && y.len() >= rows * c);
-        // Non-finite features, and squares of larger values, which overflow the f64 sums
-        // within a few rows, are the input's scale.
-        if let Some(pos) = z[..rows * dim].iter().position(|&v| !v.into().is_finite() || v.into().abs() > 1e100) {
-            let value = z[pos].into();
-            return Err(Error::BadFeature { row: pos / dim, feature: pos % dim, value, too_large: value.is_finite() });
-        }
-        // Each block is widened, shifted and transposed to column-major (each feature's
-        // values contiguous): the layout the Gram's GEMMs run fastest on, and the one `s`
-        // and `T` sum along.
-        let mut zc = vec![0.0f64; ROW_BLOCK.min(rows) * dim];
-        let mut z32 = if precision == Precision::F32 { vec![0.0f32; ROW_BLOCK.min(rows) * dim] } else { Vec::new() };
-        let threads = threads.max(1);
-        let cols = dim.div_ceil(threads).max(1);
-        for start in (0..rows).step_by(ROW_BLOCK) {
-            let nb = ROW_BLOCK.min(rows - start);
-            let src = &z[start * dim..(start + nb) * dim];
-            let yb = &y[start * c..(start + nb) * c];
-            let shift = &self.shift;
-            let f32_gram = precision == Precision::F32;
-            // Columns split over threads: each thread widens, shifts and transposes its
-            // features, then sums them into `s` and `T` over the rows in row order, so
-            // the sums are the same for any thread count.
-            std::thread::scope(|scope| {
-                let t_parts: Vec<&mut [f64]> = if c > 0 { self.t.chunks_mut(cols * c).collect() } else { Vec::new() };
-                let mut t_iter = t_parts.into_iter();
-                let mut z32_parts = z32.chunks_mut(if f32_gram { cols * nb } else { usize::MAX });
-                for ((k, sp), zcp) in self.s.chunks_mut(cols).enumerate().zip(zc[..nb * dim].chunks_mut(cols * nb)) {
-                    let (tp, d32) = (t_iter.next(), z32_parts.next().filter(|_| f32_gram));
-                    let lo = k * cols;
-                    scope.spawn(move || {
-                        let w = sp.len();
-                        // Rows in blocks of 64, so the source rows a block reads stay in cache.
-                        for r0 in (0..nb).step_by(64) {
-                            let r1 = (r0 + 64).min(nb);
-                            for jj in 0..w {
-                                let (j, m) = (lo + jj, shift[lo + jj]);
-                                let dst = &mut zcp[jj * nb + r0..jj * nb + r1];
-                                for (r, d) in (r0..r1).zip(dst.iter_mut()) {
-                                    *d = src[r * dim + j].into() - m;
-                                }
-                            }
-                        }
-                        // s and T see the same rounded values as an f32 Gram.
-                        if let Some(d32) = d32 {
-                            for (a, b) in d32.iter_mut().zip(zcp.iter_mut()) {
-                                *a = *b as f32;
-                                *b = f64::from(*a);
-                            }
-                        }
-                        for (jj, sj) in sp.iter_mut().enumerate() {
-                            zcp[jj * nb..(jj + 1) * nb].iter().for_each(|v| *sj += v);
-                        }
-                        if let Some(tp) = tp {
-                            // T += Zᵀ Y over this thread's features: one GEMM.
-                            use faer::{Accum, MatMut, MatRef, Par};
-                            let zm = MatRef::from_column_major_slice(&zcp[..nb * w], nb, w);
-                            let ym = MatRef::from_row_major_slice(yb, nb, c);
-                            let tm = MatMut::from_row_major_slice_mut(tp, w, c);
-                            faer::linalg::matmul::matmul(tm, Accum::Add, zm.transpose(), ym, 1.0, Par::Seq);
-                        }
-                    });
-                }
-            });
-            for yr in yb.chunks_exact(c.max(1)).take(if c > 0 { nb } else { 0 }) {
-                for (k, &yk) in yr.iter().enumerate() {
-                    self.u[k] += yk;
-                    self.v[k] += yk * yk;
-                }
-            }
-            let t = std::time::Instant::now();
-            match precision {
-                Precision::F64 => self.gram.syrk_cols(&zc[..nb * dim], nb, threads),
-                Precision::F32 => {
-                    // A block whose products could overflow f32 is multiplied in f64.
-                    let big = z32[..nb * dim].iter().fold(0.0f32, |m, v| m.max(v.abs()));
-                    if f64::from(big).powi(2) * nb as f64 >= f64::from(f32::MAX) / 4.0 {
-                        self.gram.syrk_cols(&zc[..nb * dim], nb, threads);
-                    } else {
-                        self.gram.syrk_f32_cols(&z32[..nb * dim], nb, threads);
-                    }
-                }
-            }
-            GEMM_NANOS.fetch_add(t.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
-        }
-        self.n += rows as u64;
-        Ok(())
     }
 
     /// The same statistics without the targets (`c = 0`).
@@ -426,10 +337,10 @@ mod tests {
     #[test]
     fn f32_gram_stays_within_the_rounding_bound_of_one_block() {
         // Three full blocks and a partial one, D over two tiles. Each f32 block product
-        // of k ≤ ROW_BLOCK terms errs by at most γ_k Σ|z_ri z_rj| (γ_k ≈ k·u, u = 2⁻²⁴),
+        // of k ≤ ROW_BLOCK_F32 terms errs by at most γ_k Σ|z_ri z_rj| (γ_k ≈ k·u, u = 2⁻²⁴),
         // the rounding of z − μ to f32 adds 2u, and the blocks are summed in f64: so the
         // bound is per entry, relative to Σ|z_ri z_rj| over all rows, not growing with them.
-        let (rows, dim) = (3 * ROW_BLOCK + 17, TILE + 9);
+        let (rows, dim) = (3 * ROW_BLOCK_F32 + 17, TILE + 9);
         let (z, y) = data(rows, dim, 2);
         let mu = vec![100.0; dim];
         let mut exact = GramStats::new(mu.clone(), 2);
@@ -437,7 +348,7 @@ mod tests {
         let mut fast = GramStats::new(mu.clone(), 2);
         fast.add_with(&z, &y, rows, 2, Precision::F32).unwrap();
         let u = f64::from(f32::EPSILON) / 2.0;
-        let gamma = (ROW_BLOCK as f64 + 2.0) * u;
+        let gamma = (ROW_BLOCK_F32 as f64 + 2.0) * u;
         let mut abs = vec![0.0; dim * dim];
         for r in 0..rows {
             for i in 0..dim {
@@ -458,6 +369,32 @@ mod tests {
         // Not exact either: the option really multiplies in f32.
         assert!(worst > 0.0);
         assert_eq!(fast.n, exact.n);
+    }
+
+    #[test]
+    fn f32_gram_and_sums_are_the_same_bits_for_any_thread_count() {
+        // Two f32 blocks, features over several thread parts, groups and partial tiles.
+        let (rows, dim) = (ROW_BLOCK_F32 + 17, 2 * TILE + 3);
+        let (z, y) = data(rows, dim, 3);
+        let runs: Vec<GramStats> = [1, 2, 3]
+            .iter()
+            .map(|&threads| {
+                let mut st = GramStats::new(vec![100.0; dim], 3);
+                st.add_with(&z, &y, rows, threads, Precision::F32).unwrap();
+                st
+            })
+            .collect();
+        for r in &runs[1..] {
+            assert!(r.s == runs[0].s, "thread count changed s");
+            assert!(r.t == runs[0].t, "thread count changed T");
+            assert!(r.gram == runs[0].gram, "thread count changed the Gram");
+            assert_eq!((r.n, &r.u, &r.v), (runs[0].n, &runs[0].u, &runs[0].v));
+        }
+        // s and T sum the f32-rounded values: within f32 rounding of the f64 ones.
+        let mut exact = GramStats::new(vec![100.0; dim], 3);
+        exact.add(&z, &y, rows, 2).unwrap();
+        assert!(max_rel(&runs[0].t, &exact.t) < 1e-5);
+        assert!(max_rel(&runs[0].s, &exact.s) < 1e-5);
     }
 
     #[test]

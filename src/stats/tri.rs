@@ -140,27 +140,41 @@ impl TriGram {
         });
     }
 
-    /// [`TriGram::syrk_cols`] with the products in f32 (at most a block of rows at a
-    /// time), each tile's product added into the f64 sums: f32 FMA runs at twice the f64
-    /// rate, and rounding stays that of one block, whatever the row count.
+    /// [`TriGram::syrk_cols`] with the products in f32 (one block of rows at a time),
+    /// each tile's product added into the f64 sums: f32 FMA runs at twice the f64 rate,
+    /// and rounding stays that of one block, whatever the row count. Each thread keeps
+    /// one product buffer for all its tiles.
     pub fn syrk_f32_cols(&mut self, zt: &[f32], rows: usize, threads: usize) {
         let dim = self.dim;
         let zm = MatRef::from_column_major_slice(&zt[..rows * dim], rows, dim);
-        parallel(self.tiles_mut(), threads, |(i, j, block): (usize, usize, &mut [f64])| {
+        let tiles = self.tiles_mut();
+        let scratch = || vec![0f32; TILE * TILE];
+        parallel_with(tiles, threads, scratch, |prod: &mut Vec<f32>, (i, j, block): (usize, usize, &mut [f64])| {
             let (ri, rj) = (tile_range(dim, i), tile_range(dim, j));
             let a = zm.subcols(ri.start, ri.len()).transpose();
             let b = zm.subcols(rj.start, rj.len());
-            let mut prod = vec![0f32; ri.len() * rj.len()];
-            let out = MatMut::from_row_major_slice_mut(&mut prod, ri.len(), rj.len());
+            let prod = &mut prod[..ri.len() * rj.len()];
+            let out = MatMut::from_row_major_slice_mut(prod, ri.len(), rj.len());
             if i == j {
                 let rect = BlockStructure::Rectangular;
                 let lower = BlockStructure::TriangularLower;
                 triangular::matmul(out, lower, Accum::Replace, a, rect, b, rect, 1.0, Par::Seq);
+                // The product's upper half holds an earlier tile's values: add the lower
+                // half only, so the stored upper half stays zero.
+                let h = ri.len();
+                for (r, (row, prow)) in block.chunks_mut(h).zip(prod.chunks(h)).enumerate() {
+                    row[..=r].iter_mut().zip(&prow[..=r]).for_each(|(v, &p)| *v += f64::from(p));
+                }
             } else {
                 matmul(out, Accum::Replace, a, b, 1.0, Par::Seq);
+                block.iter_mut().zip(prod.iter()).for_each(|(v, &p)| *v += f64::from(p));
             }
-            block.iter_mut().zip(&prod).for_each(|(v, &p)| *v += f64::from(p));
         });
+    }
+
+    /// Bytes [`TriGram::syrk_f32_cols`] holds besides its input: one tile product per thread.
+    pub fn f32_scratch_bytes(threads: usize) -> u64 {
+        (4 * TILE * TILE * threads.max(1)) as u64
     }
 
     /// Entry `(r, c)` for `c ≤ r`.
@@ -235,9 +249,21 @@ impl TriGram {
 /// arithmetic of a tile does not depend on the thread count (the Gram update and the
 /// tiled Cholesky share this).
 pub(crate) fn parallel<T: Send>(items: Vec<T>, threads: usize, f: impl Fn(T) + Sync) {
+    parallel_with(items, threads, || (), |_: &mut (), t| f(t));
+}
+
+/// [`parallel`] with a scratch value per thread (made by `init`), handed to every call
+/// on that thread: a buffer the calls would otherwise each allocate.
+pub(crate) fn parallel_with<T: Send, S>(
+    items: Vec<T>,
+    threads: usize,
+    init: impl Fn() -> S + Sync,
+    f: impl Fn(&mut S, T) + Sync,
+) {
     let threads = threads.clamp(1, items.len().max(1));
     if threads == 1 {
-        items.into_iter().for_each(f);
+        let mut s = init();
+        items.into_iter().for_each(|t| f(&mut s, t));
         return;
     }
     let mut groups: Vec<Vec<T>> = (0..threads).map(|_| Vec::new()).collect();
@@ -246,8 +272,11 @@ pub(crate) fn parallel<T: Send>(items: Vec<T>, threads: usize, f: impl Fn(T) + S
     }
     std::thread::scope(|scope| {
         for g in groups {
-            let f = &f;
-            scope.spawn(move || g.into_iter().for_each(f));
+            let (f, init) = (&f, &init);
+            scope.spawn(move || {
+                let mut s = init();
+                g.into_iter().for_each(|t| f(&mut s, t));
+            });
         }
     });
 }

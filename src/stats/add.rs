@@ -1,0 +1,185 @@
+//! Adding mapped rows to the sums: each block of rows shifted, transposed feature by
+//! feature (the layout the tile GEMMs pack fastest and `s` and `T` sum along) and
+//! multiplied into the Gram, in f64 or in f32 products.
+
+use faer::{Accum, MatMut, MatRef, Par};
+
+use super::{GramStats, Precision, GEMM_NANOS};
+use crate::error::{Error, Result};
+
+/// Rows widened to f64 at a time: bounds the f64 copy of a chunk to `ROW_BLOCK × D`.
+pub(super) const ROW_BLOCK: usize = 1024;
+
+/// Rows per f32 product block. Its f32 copy takes the bytes of the f64 path's block, and
+/// each tile's product is added into the f64 sums half as often; the rounding bound of a
+/// block, `(k + 2)·2⁻²⁴·Σ|z_i z_j|`, is stated (and tested) for this `k`.
+pub(super) const ROW_BLOCK_F32: usize = 2048;
+
+/// Rows per f64 product when an f32 block could overflow (values beyond about 1e17):
+/// a small copy, since the case is rare.
+pub(super) const FALLBACK_ROWS: usize = 256;
+
+/// Features per `T` product in the f32 path (and the unit threads split features by),
+/// aligned to absolute feature indices so every product has the same shape whatever the
+/// thread count.
+pub(super) const GROUP: usize = 64;
+
+impl GramStats {
+    pub(super) fn add_rows<T: Copy + Into<f64> + Sync>(
+        &mut self,
+        z: &[T],
+        y: &[f64],
+        rows: usize,
+        threads: usize,
+        precision: Precision,
+    ) -> Result<()> {
+        let (dim, c) = (self.dim(), self.c);
+        assert!(z.len() >= rows * dim && y.len() >= rows * c);
+        // Non-finite features, and squares of larger values, which overflow the f64 sums
+        // within a few rows, are the input's scale.
+        if let Some(pos) = z[..rows * dim].iter().position(|&v| !v.into().is_finite() || v.into().abs() > 1e100) {
+            let value = z[pos].into();
+            return Err(Error::BadFeature { row: pos / dim, feature: pos % dim, value, too_large: value.is_finite() });
+        }
+        match precision {
+            Precision::F64 => self.add_blocks_f64(z, y, rows, threads.max(1)),
+            Precision::F32 => self.add_blocks_f32(z, y, rows, threads.max(1)),
+        }
+        for yr in y.chunks_exact(c.max(1)).take(if c > 0 { rows } else { 0 }) {
+            for (k, &yk) in yr.iter().enumerate() {
+                self.u[k] += yk;
+                self.v[k] += yk * yk;
+            }
+        }
+        self.n += rows as u64;
+        Ok(())
+    }
+
+    fn add_blocks_f64<T: Copy + Into<f64> + Sync>(&mut self, z: &[T], y: &[f64], rows: usize, threads: usize) {
+        let (dim, c) = (self.dim(), self.c);
+        let mut zc = vec![0.0f64; ROW_BLOCK.min(rows) * dim];
+        let cols = dim.div_ceil(threads).max(1);
+        for start in (0..rows).step_by(ROW_BLOCK) {
+            let nb = ROW_BLOCK.min(rows - start);
+            let src = &z[start * dim..(start + nb) * dim];
+            let yb = &y[start * c..(start + nb) * c];
+            let shift = &self.shift;
+            // Columns split over threads: each thread shifts and transposes its features,
+            // then sums them into `s` and `T` over the rows in row order, so the sums are
+            // the same for any thread count.
+            std::thread::scope(|scope| {
+                let t_parts: Vec<&mut [f64]> = if c > 0 { self.t.chunks_mut(cols * c).collect() } else { Vec::new() };
+                let mut t_parts = t_parts.into_iter();
+                for ((k, sp), zcp) in self.s.chunks_mut(cols).enumerate().zip(zc[..nb * dim].chunks_mut(cols * nb)) {
+                    let tp = t_parts.next();
+                    scope.spawn(move || {
+                        let w = sp.len();
+                        transpose_shifted(src, dim, k * cols, w, nb, shift, zcp, |v| v);
+                        sum_features(zcp, nb, sp);
+                        if let Some(tp) = tp {
+                            add_t(&zcp[..nb * w], nb, yb, c, tp);
+                        }
+                    });
+                }
+            });
+            let t = std::time::Instant::now();
+            self.gram.syrk_cols(&zc[..nb * dim], nb, threads);
+            GEMM_NANOS.fetch_add(t.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// The f32 path: each block is shifted and rounded to f32 straight from the input
+    /// (no f64 copy of the block); `s` and `T` sum the rounded values in f64, a group of
+    /// features at a time, so they agree with the Gram the f32 products make.
+    fn add_blocks_f32<T: Copy + Into<f64> + Sync>(&mut self, z: &[T], y: &[f64], rows: usize, threads: usize) {
+        let (dim, c) = (self.dim(), self.c);
+        let mut z32 = vec![0.0f32; ROW_BLOCK_F32.min(rows) * dim];
+        let cols = dim.div_ceil(threads).div_ceil(GROUP).max(1) * GROUP;
+        for start in (0..rows).step_by(ROW_BLOCK_F32) {
+            let nb = ROW_BLOCK_F32.min(rows - start);
+            let src = &z[start * dim..(start + nb) * dim];
+            let yb = &y[start * c..(start + nb) * c];
+            let shift = &self.shift;
+            std::thread::scope(|scope| {
+                let t_parts: Vec<&mut [f64]> = if c > 0 { self.t.chunks_mut(cols * c).collect() } else { Vec::new() };
+                let mut t_parts = t_parts.into_iter();
+                for ((k, sp), d32) in self.s.chunks_mut(cols).enumerate().zip(z32[..nb * dim].chunks_mut(cols * nb)) {
+                    let mut tp = t_parts.next();
+                    scope.spawn(move || {
+                        let w = sp.len();
+                        transpose_shifted(src, dim, k * cols, w, nb, shift, d32, |v| v as f32);
+                        let mut wide = vec![0.0f64; GROUP.min(w) * nb];
+                        for g0 in (0..w).step_by(GROUP) {
+                            let gw = GROUP.min(w - g0);
+                            let wide = &mut wide[..gw * nb];
+                            wide.iter_mut().zip(&d32[g0 * nb..(g0 + gw) * nb]).for_each(|(a, &b)| *a = f64::from(b));
+                            sum_features(wide, nb, &mut sp[g0..g0 + gw]);
+                            if let Some(tp) = tp.as_mut() {
+                                add_t(wide, nb, yb, c, &mut tp[g0 * c..(g0 + gw) * c]);
+                            }
+                        }
+                    });
+                }
+            });
+            let t = std::time::Instant::now();
+            // A block whose products could overflow f32 is multiplied in f64.
+            let big = z32[..nb * dim].iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            if f64::from(big).powi(2) * nb as f64 >= f64::from(f32::MAX) / 4.0 {
+                let mut zc = vec![0.0f64; FALLBACK_ROWS.min(nb) * dim];
+                for r0 in (0..nb).step_by(FALLBACK_ROWS) {
+                    let kb = FALLBACK_ROWS.min(nb - r0);
+                    for (j, col) in zc[..kb * dim].chunks_mut(kb).enumerate() {
+                        col.iter_mut().zip(&z32[j * nb + r0..j * nb + r0 + kb]).for_each(|(a, &b)| *a = f64::from(b));
+                    }
+                    self.gram.syrk_cols(&zc[..kb * dim], kb, threads);
+                }
+            } else {
+                self.gram.syrk_f32_cols(&z32[..nb * dim], nb, threads);
+            }
+            GEMM_NANOS.fetch_add(t.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
+/// Writes features `lo..lo + w` of the `nb` row-major rows in `src` (`dim` wide), less
+/// their shift, feature by feature into `out` (`w × nb`).
+#[allow(clippy::too_many_arguments)] // The block's geometry: a struct would only rename it.
+fn transpose_shifted<T: Copy + Into<f64>, O>(
+    src: &[T],
+    dim: usize,
+    lo: usize,
+    w: usize,
+    nb: usize,
+    shift: &[f64],
+    out: &mut [O],
+    cast: impl Fn(f64) -> O,
+) {
+    // Rows in blocks of 64, so the source rows a block reads stay in cache.
+    for r0 in (0..nb).step_by(64) {
+        let r1 = (r0 + 64).min(nb);
+        for jj in 0..w {
+            let (j, m) = (lo + jj, shift[lo + jj]);
+            let dst = &mut out[jj * nb + r0..jj * nb + r1];
+            for (r, d) in (r0..r1).zip(dst.iter_mut()) {
+                *d = cast(src[r * dim + j].into() - m);
+            }
+        }
+    }
+}
+
+/// `s[j] += Σ_r cols[j·nb + r]`, each in row order.
+fn sum_features(cols: &[f64], nb: usize, s: &mut [f64]) {
+    for (jj, sj) in s.iter_mut().enumerate() {
+        cols[jj * nb..(jj + 1) * nb].iter().for_each(|v| *sj += v);
+    }
+}
+
+/// `T += Zᵀ Y` for features given column by column (`cols`: `w × nb`) and row-major
+/// targets `yb` (`nb × c`) into row-major `t` (`w × c`): one GEMM.
+fn add_t(cols: &[f64], nb: usize, yb: &[f64], c: usize, t: &mut [f64]) {
+    let w = cols.len() / nb.max(1);
+    let zm = MatRef::from_column_major_slice(cols, nb, w);
+    let ym = MatRef::from_row_major_slice(yb, nb, c);
+    let tm = MatMut::from_row_major_slice_mut(t, w, c);
+    faer::linalg::matmul::matmul(tm, Accum::Add, zm.transpose(), ym, 1.0, Par::Seq);
+}
