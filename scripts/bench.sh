@@ -9,6 +9,10 @@
 #            f32, with the pass's time split, next to a plain full GEMM ZᵀZ of the same
 #            total shape on all cores (examples/gemm_ref) and numpy's z.T @ z (SYRK) of the
 #            same shape on precomputed features (scripts/blas_ref.py)
+#   gram     the pass against OpenBLAS side by side, D = 4096 and 16384 (GRAM_DIMS): numpy's
+#            z.T @ z (SYRK) of 60,000 × D precomputed features in f64 and f32, the pass
+#            in f64 and with run.gram = "f32", and the tile products alone on one core,
+#            faer (examples/tile_ref) against OpenBLAS (blas_ref.py tiles)
 #   large    the same pass on a 1M-row file (about 3 GB), for the flat-memory check
 #   solve    statistics at D = 2048 … 16384 from the 60k file (accumulate), then every
 #            solve path on them: cholesky and cholesky_f32 (fixed λ, next to scipy's
@@ -50,7 +54,8 @@ has() { [[ " $sections " == *" $1 "* ]]; }
 py=${PYTHON:-target/py-venv/bin/python}
 reference() { # blas_ref.py arguments…: skipped without numpy/scipy
   if "$py" -c "import numpy, scipy" 2>/dev/null; then
-    "$py" scripts/blas_ref.py "$@"
+    # OpenBLAS's own choice of kernel for this CPU, not one forced by the environment.
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$py" scripts/blas_ref.py "$@"
   else
     echo "(reference skipped: $py has no numpy/scipy; run scripts/test.sh once or set PYTHON)"
   fi
@@ -84,7 +89,7 @@ if has hot; then
   cargo bench --bench hotpaths
 fi
 
-if has pass || has solve; then
+if has pass || has solve || has gram; then
   [ -f bench-data/rows-60000.parquet ] || $gen 60000 bench-data/rows-60000.parquet 7500
 fi
 if has solve; then
@@ -101,6 +106,22 @@ if has pass; then
       pipeline "pass-$d.toml" rows-60000.parquet "$d" 0.01
       timed "train" $bin train "bench-data/pass-$d.toml" -o "bench-data/pass-$d.sfm" --set "run.gram=\"$g\""
     done
+  done
+fi
+
+if has gram; then
+  for d in ${GRAM_DIMS:-4096 16384}; do
+    echo
+    echo "## the pass next to OpenBLAS, 60,000 × 784, D = $d"
+    reference gram 60000 "$d"
+    pipeline "gram-$d.toml" rows-60000.parquet "$d" 0.01
+    for g in f64 f32; do
+      timed "train, $g Gram" $bin train "bench-data/gram-$d.toml" -o "bench-data/gram-$d.sfm" \
+        --set "run.gram=\"$g\""
+      ./target/release/examples/tile_ref 2048 "$d" "$g"
+    done
+    reference tiles 2048 "$d"
+    rm -f "bench-data/gram-$d.sfm"
   done
 fi
 

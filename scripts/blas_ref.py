@@ -3,6 +3,9 @@ machine's BLAS through numpy and scipy (OpenBLAS in the PyPI wheels):
 
     blas_ref.py gram ROWS D      numpy's z.T @ z (SYRK: one triangle) in f64 and f32
     blas_ref.py factor D         scipy.linalg.cho_factor of an SPD D x D in f64 and f32
+    blas_ref.py tiles ROWS D     the pass's 256 x 256 tile products (tiles on and below
+                                 the diagonal of a ROWS x D block) on one core, f64 and
+                                 f32: what examples/tile_ref does on faer
 
 Prints seconds and the BLAS kernel threadpoolctl reports (OpenBLAS picks it by CPU;
 OPENBLAS_CORETYPE forces one). Timings of the Cholesky do not depend on the values, so
@@ -33,6 +36,23 @@ def gram(rows, dim):
         print(f"numpy z.T @ z, {np.dtype(dt).name}, {rows} x {dim}: {e:.2f} s ({rows * dim * dim / e / 1e9:.0f} GFLOP/s as SYRK)")
 
 
+def tiles(rows, dim, tile=256):
+    from threadpoolctl import threadpool_limits
+
+    rng = np.random.default_rng(0)
+    nt = dim // tile
+    for dt in (np.float64, np.float32):
+        zt = rng.standard_normal((nt * tile, rows)).astype(dt)  # feature by feature
+        with threadpool_limits(1):
+            t = time.perf_counter()
+            for i in range(nt):
+                for j in range(i + 1):
+                    zt[i * tile:(i + 1) * tile] @ zt[j * tile:(j + 1) * tile].T
+            e = time.perf_counter() - t
+        flops = 2 * tile * tile * rows * nt * (nt + 1) / 2
+        print(f"numpy tile products, {np.dtype(dt).name}, one core, {rows} x {nt * tile}: {e:.2f} s ({flops / e / 1e9:.1f} GFLOP/s)")
+
+
 def factor(dim):
     from scipy.linalg import cho_factor
 
@@ -57,6 +77,8 @@ if __name__ == "__main__":
         gram(int(sys.argv[2]), int(sys.argv[3]))
     elif what == "factor":
         factor(int(sys.argv[2]))
+    elif what == "tiles":
+        tiles(int(sys.argv[2]), int(sys.argv[3]))
     else:
-        sys.exit(f"unknown reference {what!r}: gram or factor")
+        sys.exit(f"unknown reference {what!r}: gram, factor or tiles")
     print(f"BLAS: {kernel()}")
