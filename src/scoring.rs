@@ -191,9 +191,23 @@ impl Scorer {
         x: &[f32],
         rows: usize,
     ) -> Vec<f64> {
+        self.project_as(pipeline, projectors, x, rows, |v| v)
+    }
+
+    /// [`Scorer::project`] with each feature rounded by `cast` as it is stored: an f32
+    /// output (what `transform` writes) then needs no f64 copy of the chunk's features,
+    /// whose fresh pages were most of `transform`'s system time.
+    pub fn project_as<T: Copy + Default>(
+        &mut self,
+        pipeline: &FeaturePipeline,
+        projectors: &[Projector<'_>],
+        x: &[f32],
+        rows: usize,
+        cast: impl Fn(f64) -> T,
+    ) -> Vec<T> {
         let total: usize = projectors.iter().map(|p| p.components).sum();
         let dim = pipeline.output_dim();
-        let mut out = vec![0.0; rows * total];
+        let mut out = vec![T::default(); rows * total];
         let mut proj = std::mem::take(&mut self.proj);
         self.each_block(pipeline, x, rows, projection_rows(dim), |start, z, n, wide| {
             let mut col = 0;
@@ -210,8 +224,8 @@ impl Scorer {
                 let b = MatRef::from_row_major_slice(p.basis, len, e);
                 matmul(MatMut::from_row_major_slice_mut(&mut proj, n, e), Accum::Replace, a, b, 1.0, Par::Seq);
                 for r in 0..n {
-                    out[(start + r) * total + col..(start + r) * total + col + e]
-                        .copy_from_slice(&proj[r * e..(r + 1) * e]);
+                    let dst = &mut out[(start + r) * total + col..(start + r) * total + col + e];
+                    dst.iter_mut().zip(&proj[r * e..(r + 1) * e]).for_each(|(o, &v)| *o = cast(v));
                 }
                 col += e;
             }
