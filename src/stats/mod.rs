@@ -398,6 +398,23 @@ mod tests {
     }
 
     #[test]
+    fn an_f32_block_that_could_overflow_is_multiplied_in_f64() {
+        // |z| ≈ 1e18: its squares overflow f32 (3.4e38), so the block goes through the f64
+        // fallback, in sub-blocks of FALLBACK_ROWS rows (rows spans several, and a partial one).
+        let (rows, dim) = (2 * FALLBACK_ROWS + 5, 7);
+        let (z, y) = data(rows, dim, 1);
+        let big: Vec<f32> = z.iter().map(|v| (v - 100.0) * 1e18).collect();
+        let mut fast = GramStats::new(vec![0.0; dim], 1);
+        fast.add_with(&big, &y, rows, 2, Precision::F32).unwrap();
+        let mut exact = GramStats::new(vec![0.0; dim], 1);
+        exact.add(&big, &y, rows, 2).unwrap();
+        let g = fast.gram.to_full();
+        assert!(g.iter().all(|v| v.is_finite()), "the f32 products overflowed");
+        // The inputs are f32 already, so the f64 products of the same values agree closely.
+        assert!(max_rel(&g, &exact.gram.to_full()) < 1e-12);
+    }
+
+    #[test]
     fn non_finite_features_are_refused() {
         let mut st = GramStats::new(vec![0.0; 2], 0);
         assert!(st.add(&[1.0, f32::NAN], &[], 1, 1).is_err());
