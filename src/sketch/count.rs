@@ -35,6 +35,14 @@ impl CountSketch {
         self.accumulate(x, scale, out);
     }
 
+    /// Zeroes every value of `out` this sketch can write: after [`CountSketch::accumulate`]
+    /// into a zeroed buffer, the buffer is zero again at `d` stores instead of `D`.
+    pub fn clear(&self, out: &mut [f32]) {
+        for &h in &self.hash {
+            out[h as usize] = 0.0;
+        }
+    }
+
     /// `out += scale · C x[..len]`, for the first `x.len()` coordinates of the table.
     pub fn accumulate(&self, x: &[f32], scale: f32, out: &mut [f32]) {
         for ((&v, &h), &s) in x.iter().zip(&self.hash).zip(&self.sign) {

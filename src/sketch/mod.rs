@@ -25,6 +25,7 @@ pub mod maclaurin;
 mod params;
 pub mod recursive;
 pub mod rff;
+mod spectrum;
 mod stage;
 pub mod tensor;
 

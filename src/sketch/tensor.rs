@@ -3,7 +3,9 @@
 //! real FFTs), with `x' = [√γ x; √c]`.
 //!
 //! Hash and sign tables are drawn once and stored in the model; FFT plans are built
-//! once per map. Mapping a chunk allocates its FFT buffers once for the chunk.
+//! once per map. Mapping a chunk allocates its FFT buffers once for the chunk. Even `D`
+//! convolves through [`super::spectrum`] (a half-length complex FFT with vectorised
+//! split and merge); odd `D` through realfft.
 
 use std::sync::Arc;
 
@@ -14,6 +16,7 @@ use super::count::CountSketch;
 use super::family::Family;
 use super::keys::{defaults, dim, family_spec, no_fitting, poly, weight, Checked};
 use super::params::{count_sketch_params, PResult, ParamArray, Params};
+use super::spectrum::Convolver;
 use super::{DotKernel, FeatureMap, Kernel, Sketch};
 use crate::rng::StageRng;
 
@@ -43,8 +46,15 @@ pub struct TensorSketch {
     dim: usize,
     /// One count sketch per degree, each over `d' = d + [c > 0]` coordinates.
     sketches: Vec<CountSketch>,
-    forward: Arc<dyn RealToComplex<f32>>,
-    inverse: Arc<dyn ComplexToReal<f32>>,
+    engine: Engine,
+}
+
+/// How the count sketches are convolved.
+enum Engine {
+    /// Even `D`: spectra from one complex FFT of length `D/2` each.
+    Half(Convolver),
+    /// Odd `D`: realfft's real transforms.
+    Real { forward: Arc<dyn RealToComplex<f32>>, inverse: Arc<dyn ComplexToReal<f32>> },
 }
 
 impl std::fmt::Debug for TensorSketch {
@@ -67,10 +77,11 @@ impl TensorSketch {
 
     /// Rebuilds a map from stored tables (a loaded model).
     pub fn from_sketches(kernel: PolyKernel, d: usize, dim: usize, sketches: Vec<CountSketch>) -> Self {
-        let mut planner = RealFftPlanner::<f32>::new();
-        let forward = planner.plan_fft_forward(dim);
-        let inverse = planner.plan_fft_inverse(dim);
-        TensorSketch { kernel, d, dim, sketches, forward, inverse }
+        let engine = Convolver::new(dim).map(Engine::Half).unwrap_or_else(|| {
+            let mut planner = RealFftPlanner::<f32>::new();
+            Engine::Real { forward: planner.plan_fft_forward(dim), inverse: planner.plan_fft_inverse(dim) }
+        });
+        TensorSketch { kernel, d, dim, sketches, engine }
     }
 
     /// The kernel this map approximates.
@@ -83,10 +94,16 @@ impl TensorSketch {
         &self.sketches
     }
 
-    /// `C_j x'` with `x' = [√γ x; √c]`.
+    /// `out ← C_j x'` with `x' = [√γ x; √c]`.
     fn count_sketch(&self, j: usize, x: &[f32], out: &mut [f32]) {
+        out.fill(0.0);
+        self.add_count_sketch(j, x, out);
+    }
+
+    /// `out += C_j x'`.
+    fn add_count_sketch(&self, j: usize, x: &[f32], out: &mut [f32]) {
         let cs = &self.sketches[j];
-        cs.apply(x, self.kernel.gamma.sqrt() as f32, out);
+        cs.accumulate(x, self.kernel.gamma.sqrt() as f32, out);
         if self.kernel.offset > 0.0 {
             let i = self.d;
             out[cs.hash[i] as usize] += f32::from(cs.sign[i]) * self.kernel.offset.sqrt() as f32;
@@ -102,7 +119,6 @@ impl FeatureMap for TensorSketch {
         self.dim
     }
 
-    #[allow(clippy::expect_used)] // Invariant: every buffer is sized from the planned FFT length D, so the transform cannot fail.
     fn map(&self, x: &[f32], rows: usize, out: &mut [f32]) {
         let (d, dim) = (self.d, self.dim);
         if self.sketches.len() == 1 {
@@ -111,20 +127,51 @@ impl FeatureMap for TensorSketch {
             }
             return;
         }
+        match &self.engine {
+            Engine::Half(conv) => {
+                let mut spectra = conv.spectra();
+                for r in 0..rows {
+                    let (xr, o) = (&x[r * d..(r + 1) * d], &mut out[r * dim..(r + 1) * dim]);
+                    // The row's output is the count sketches' buffer until the inverse,
+                    // cleared once and then only where a sketch wrote (d + 1 of D values).
+                    o.fill(0.0);
+                    for (j, cs) in self.sketches.iter().enumerate() {
+                        self.add_count_sketch(j, xr, o);
+                        conv.multiply(o, j == 0, &mut spectra);
+                        cs.clear(o);
+                    }
+                    conv.inverse(&mut spectra, o);
+                }
+            }
+            Engine::Real { forward, inverse } => self.map_real(forward.as_ref(), inverse.as_ref(), x, rows, out),
+        }
+    }
+}
+
+impl TensorSketch {
+    /// Odd `D`: each count sketch's spectrum by realfft, multiplied, one inverse.
+    #[allow(clippy::expect_used)] // Invariant: every buffer is sized from the planned FFT length D, so the transform cannot fail.
+    fn map_real(
+        &self,
+        forward: &dyn RealToComplex<f32>,
+        inverse: &dyn ComplexToReal<f32>,
+        x: &[f32],
+        rows: usize,
+        out: &mut [f32],
+    ) {
+        let (d, dim) = (self.d, self.dim);
         let bins = dim / 2 + 1;
         let mut buf = vec![0f32; dim];
         let mut acc = vec![Complex32::new(0.0, 0.0); bins];
         let mut spec = vec![Complex32::new(0.0, 0.0); bins];
-        let scratch_len = self.forward.get_scratch_len().max(self.inverse.get_scratch_len());
-        let mut scratch = vec![Complex32::new(0.0, 0.0); scratch_len];
+        let mut scratch = vec![Complex32::new(0.0, 0.0); forward.get_scratch_len().max(inverse.get_scratch_len())];
         let inv_dim = 1.0 / dim as f32;
         for r in 0..rows {
             let xr = &x[r * d..(r + 1) * d];
             for j in 0..self.sketches.len() {
                 self.count_sketch(j, xr, &mut buf);
                 let target = if j == 0 { &mut acc } else { &mut spec };
-                // Lengths are fixed by construction, so the FFT cannot fail.
-                self.forward
+                forward
                     .process_with_scratch(&mut buf, target, &mut scratch)
                     .expect("FFT buffer lengths match the plan");
                 if j > 0 {
@@ -133,14 +180,11 @@ impl FeatureMap for TensorSketch {
                     }
                 }
             }
-            // A real signal's spectrum is real at DC (and Nyquist for even D); clear the
-            // rounding residue so the inverse accepts it.
+            // A real signal's spectrum is real at DC; clear the rounding residue so the
+            // inverse accepts it (odd D has no Nyquist bin).
             acc[0].im = 0.0;
-            if dim % 2 == 0 {
-                acc[bins - 1].im = 0.0;
-            }
             let o = &mut out[r * dim..(r + 1) * dim];
-            self.inverse.process_with_scratch(&mut acc, o, &mut scratch).expect("FFT buffer lengths match the plan");
+            inverse.process_with_scratch(&mut acc, o, &mut scratch).expect("FFT buffer lengths match the plan");
             for v in o.iter_mut() {
                 *v *= inv_dim;
             }
