@@ -21,7 +21,8 @@ pub struct Args {
     /// Worker threads (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
-    /// Rows per chunk.
+    /// Rows per chunk at most: lowered so a chunk holds at most 16 MiB of PCA features
+    /// (4,096 rows at E = 1024); the memory line says the rows used.
     #[arg(long, default_value_t = 8192)]
     chunk_rows: usize,
 }
