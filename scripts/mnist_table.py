@@ -101,20 +101,10 @@ def run_sketchfit(binary, map_key, degree, dim, codes):
     }
 
 
-def load(path):
-    import numpy as np
-    import pyarrow.parquet as pq
-
-    t = pq.read_table(path)
-    cols = [c for c in t.column_names if c.startswith("px")]
-    x = np.column_stack([t.column(c).to_numpy() for c in cols]).astype(np.float64)
-    x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-300)
-    return x, t.column("label").to_numpy()
-
-
 def sklearn_one(degree, dim):
     """One scikit-learn fit in this process: prints error, wall and the chosen α."""
     import numpy as np
+    from mnist_vs_sklearn import load  # unit-length rows and labels, as there
     from sklearn.kernel_approximation import PolynomialCountSketch
     from sklearn.linear_model import RidgeClassifierCV
 
