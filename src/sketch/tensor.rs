@@ -133,12 +133,16 @@ impl FeatureMap for TensorSketch {
                 for r in 0..rows {
                     let (xr, o) = (&x[r * d..(r + 1) * d], &mut out[r * dim..(r + 1) * dim]);
                     // The row's output is the count sketches' buffer until the inverse,
-                    // cleared once and then only where a sketch wrote (d + 1 of D values).
+                    // cleared once and then only where a sketch wrote (d + 1 of D values);
+                    // the inverse writes all D values over the last sketch.
                     o.fill(0.0);
+                    let last = self.sketches.len() - 1;
                     for (j, cs) in self.sketches.iter().enumerate() {
                         self.add_count_sketch(j, xr, o);
                         conv.multiply(o, j == 0, &mut spectra);
-                        cs.clear(o);
+                        if j < last {
+                            cs.clear(o);
+                        }
                     }
                     conv.inverse(&mut spectra, o);
                 }

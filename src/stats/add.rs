@@ -95,6 +95,12 @@ impl GramStats {
         let (dim, c) = (self.dim(), self.c);
         let mut z32 = vec![0.0f32; ROW_BLOCK_F32.min(rows) * dim];
         let cols = dim.div_ceil(threads).div_ceil(GROUP).max(1) * GROUP;
+        // One widening buffer and one largest |value| per feature range, kept across
+        // blocks: the largest value is taken as the range is widened, not by a scan of
+        // the whole block afterwards.
+        let ranges = dim.div_ceil(cols).max(1);
+        let mut wides: Vec<Vec<f64>> = vec![Vec::new(); ranges];
+        let mut bigs = vec![0.0f32; ranges];
         for start in (0..rows).step_by(ROW_BLOCK_F32) {
             let nb = ROW_BLOCK_F32.min(rows - start);
             let src = &z[start * dim..(start + nb) * dim];
@@ -103,27 +109,33 @@ impl GramStats {
             std::thread::scope(|scope| {
                 let t_parts: Vec<&mut [f64]> = if c > 0 { self.t.chunks_mut(cols * c).collect() } else { Vec::new() };
                 let mut t_parts = t_parts.into_iter();
-                for ((k, sp), d32) in self.s.chunks_mut(cols).enumerate().zip(z32[..nb * dim].chunks_mut(cols * nb)) {
+                let ranges = self.s.chunks_mut(cols).zip(z32[..nb * dim].chunks_mut(cols * nb)).zip(&mut wides);
+                for (k, (((sp, d32), wide), big)) in ranges.zip(&mut bigs).enumerate() {
                     let mut tp = t_parts.next();
                     scope.spawn(move || {
                         let w = sp.len();
                         transpose_shifted(src, dim, k * cols, w, nb, shift, d32, |v| v as f32);
-                        let mut wide = vec![0.0f64; GROUP.min(w) * nb];
+                        wide.resize(GROUP.min(w) * nb, 0.0);
+                        let mut m = 0.0f32;
                         for g0 in (0..w).step_by(GROUP) {
                             let gw = GROUP.min(w - g0);
                             let wide = &mut wide[..gw * nb];
-                            wide.iter_mut().zip(&d32[g0 * nb..(g0 + gw) * nb]).for_each(|(a, &b)| *a = f64::from(b));
+                            for (a, &b) in wide.iter_mut().zip(&d32[g0 * nb..(g0 + gw) * nb]) {
+                                *a = f64::from(b);
+                                m = m.max(b.abs());
+                            }
                             sum_features(wide, nb, &mut sp[g0..g0 + gw]);
                             if let Some(tp) = tp.as_mut() {
                                 add_t(wide, nb, yb, c, &mut tp[g0 * c..(g0 + gw) * c]);
                             }
                         }
+                        *big = m;
                     });
                 }
             });
             let t = std::time::Instant::now();
             // A block whose products could overflow f32 is multiplied in f64.
-            let big = z32[..nb * dim].iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            let big = bigs.iter().fold(0.0f32, |m, &v| m.max(v));
             if f64::from(big).powi(2) * nb as f64 >= f64::from(f32::MAX) / 4.0 {
                 let mut zc = vec![0.0f64; FALLBACK_ROWS.min(nb) * dim];
                 for r0 in (0..nb).step_by(FALLBACK_ROWS) {
