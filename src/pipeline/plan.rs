@@ -332,19 +332,24 @@ impl Planner<'_> {
             return Ok(RidgeSolve { path, in_place: false });
         }
         let solve = self.cholesky(path, dim, sets);
-        // `auto` keeps the mixed solve only where its f32 factor fits beside the statistics
-        // (in place, the f64 Cholesky needs nothing more), counted as the memory line
-        // counts it (`gram_memory`).
+        Ok(if asked == SolvePath::Auto { self.mixed_where_it_fits(solve, dim, sets) } else { solve })
+    }
+
+    /// `auto` keeps the mixed solve only where its f32 factor fits beside the statistics
+    /// (in place, the f64 Cholesky needs nothing more), counted as the memory line counts
+    /// it (`gram_memory`).
+    fn mixed_where_it_fits(&self, solve: RidgeSolve, dim: usize, sets: u64) -> RidgeSolve {
+        let path = solve.path;
         let f = self.facts;
         let chunk = chunk_rows_for(self.checked.spec().run.chunk_rows, dim, false);
         let resident = if self.opts.from_parts { 0 } else { sets * GramStats::bytes_for(dim, f.outputs) }
             + self.buffers(chunk, f.d, dim)
             + f.map_bytes;
         let fits = self.limit.is_none_or(|l| resident + path.in_place_bytes(dim, f.outputs) <= l);
-        if asked == SolvePath::Auto && solve.in_place && !fits {
-            return Ok(self.cholesky(SolvePath::Cholesky, dim, sets));
+        if solve.in_place && !fits {
+            return self.cholesky(SolvePath::Cholesky, dim, sets);
         }
-        Ok(solve)
+        solve
     }
 
     /// `auto` factors in f32 and refines (math.md §13.11) where the run already accepted
@@ -371,13 +376,18 @@ impl Planner<'_> {
     }
 
     /// The refit after a held-out choice: at a shared λ on all features the path `auto`
-    /// takes for a fixed λ (one Cholesky), else the first solve's path, which gives any λ
-    /// (a chosen λ of 0 takes that path too: the Cholesky needs λ > 0).
+    /// takes for a fixed λ (one Cholesky, mixed-precision where the Gram is f32 and large
+    /// and its factor fits), else the first solve's path, which gives any λ (a chosen λ of
+    /// 0 takes that path too: the Cholesky needs λ > 0).
     fn refit(&self, first: RidgeSolve, dim: usize) -> Option<RidgeSolve> {
         let Selection::HeldOut { refit: true, per_output } = self.checked.selection else { return None };
         let auto = matches!(self.checked.learner, Learner::Ridge { solver: SolvePath::Auto | SolvePath::Dual });
         Some(if auto && !per_output && first.path == SolvePath::Tridiagonal {
-            self.cholesky(SolvePath::Cholesky, dim, 2)
+            if self.f32_factor_pays(dim) {
+                self.mixed_where_it_fits(self.cholesky(SolvePath::CholeskyF32, dim, 2), dim, 2)
+            } else {
+                self.cholesky(SolvePath::Cholesky, dim, 2)
+            }
         } else {
             first
         })

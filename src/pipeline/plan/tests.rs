@@ -198,6 +198,15 @@ fn auto_takes_the_cheapest_path_that_answers() {
         Plan::Primal(p) => assert_eq!(p.refit, None),
         other => panic!("{other:?}"),
     }
+    // With an f32 Gram at large D the refit's one factor is the mixed-precision one, as a
+    // fixed λ's is; where only the f64 factor in place fits, that one.
+    let refit = |extra: &str, dim: usize| match plan(&format!("{held}{extra}"), &facts(100_000, dim), &opts).unwrap() {
+        Plan::Primal(p) => p.refit.map(|r| r.path),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(refit("[run]\ngram = \"f32\"", 8192), Some(SolvePath::CholeskyF32));
+    assert_eq!(refit("[run]\ngram = \"f32\"", 4096), Some(SolvePath::Cholesky));
+    assert_eq!(refit("", 8192), Some(SolvePath::Cholesky));
 }
 
 #[test]
