@@ -335,6 +335,13 @@ impl Planner<'_> {
         Ok(if asked == SolvePath::Auto { self.mixed_where_it_fits(solve, dim, sets) } else { solve })
     }
 
+    /// The one factor `auto` takes for a fixed λ > 0: mixed-precision where it pays and
+    /// fits, else the f64 Cholesky.
+    fn auto_factor(&self, dim: usize, sets: u64) -> RidgeSolve {
+        let path = if self.f32_factor_pays(dim) { SolvePath::CholeskyF32 } else { SolvePath::Cholesky };
+        self.mixed_where_it_fits(self.cholesky(path, dim, sets), dim, sets)
+    }
+
     /// `auto` keeps the mixed solve only where its f32 factor fits beside the statistics
     /// (in place, the f64 Cholesky needs nothing more), counted as the memory line counts
     /// it (`gram_memory`).
@@ -382,15 +389,7 @@ impl Planner<'_> {
     fn refit(&self, first: RidgeSolve, dim: usize) -> Option<RidgeSolve> {
         let Selection::HeldOut { refit: true, per_output } = self.checked.selection else { return None };
         let auto = matches!(self.checked.learner, Learner::Ridge { solver: SolvePath::Auto | SolvePath::Dual });
-        Some(if auto && !per_output && first.path == SolvePath::Tridiagonal {
-            if self.f32_factor_pays(dim) {
-                self.mixed_where_it_fits(self.cholesky(SolvePath::CholeskyF32, dim, 2), dim, 2)
-            } else {
-                self.cholesky(SolvePath::Cholesky, dim, 2)
-            }
-        } else {
-            first
-        })
+        Some(if auto && !per_output && first.path == SolvePath::Tridiagonal { self.auto_factor(dim, 2) } else { first })
     }
 
     /// Dense or block Krylov for `E` of `dim` (measured here, 60k rows, D = 4096, one
