@@ -411,9 +411,14 @@ fn the_mnist_pipelines_run_as_shipped_on_the_digits() {
         if name == "mnist_select" {
             assert_eq!(r["selections"][0]["method"], "validation", "{name}: {r}");
             assert_eq!(r["selections"][0]["refit_rows"], 1347 + 450, "{name}: {r}");
-        } else {
+        } else if name == "mnist" {
             assert_eq!(r["solve"]["path"], "cholesky_f32", "{name}: {r}");
             assert!(r["solve"]["refinement"]["steps"].as_u64().is_some_and(|s| s >= 1), "{name}: {r}");
+        } else {
+            // `auto`: at the shipped E = 65,536 the f32 factor does not fit beside the
+            // statistics and the f64 one factors in place; at this test's D (below
+            // 8,192) `auto` takes the f64 Cholesky too.
+            assert_eq!(r["solve"]["path"], "cholesky", "{name}: {r}");
         }
     }
 }
