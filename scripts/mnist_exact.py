@@ -35,16 +35,11 @@ import numpy as np
 
 
 def load(path, rows=None):
-    import pyarrow.parquet as pq
+    """Unit-length rows and labels, as scripts/mnist_vs_sklearn.py reads them."""
+    from mnist_vs_sklearn import load as unit_rows
 
-    t = pq.read_table(path)
-    cols = [c for c in t.column_names if c.startswith("px")]
-    x = np.column_stack([t.column(c).to_numpy() for c in cols]).astype(np.float64)
-    y = t.column("label").to_numpy().astype(np.int64)
-    if rows is not None:
-        x, y = x[:rows], y[:rows]
-    x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-300)
-    return x, y
+    x, y = unit_rows(path)
+    return (x, y) if rows is None else (x[:rows], y[:rows])
 
 
 def kernel_rows(a, b, degree, gamma, offset):

@@ -323,16 +323,12 @@ impl Planner<'_> {
         };
         let path = match asked {
             SolvePath::Auto | SolvePath::Dual if !direct || zero => SolvePath::Eigen,
-            SolvePath::Auto | SolvePath::Dual if fixed_positive && self.f32_factor_pays(dim) => SolvePath::CholeskyF32,
-            SolvePath::Auto | SolvePath::Dual if fixed_positive => SolvePath::Cholesky,
+            // ("dual" reaches here only where the dual takes no run: check refuses it.)
+            SolvePath::Auto | SolvePath::Dual if fixed_positive => return Ok(self.auto_factor(dim, sets)),
             SolvePath::Auto | SolvePath::Dual => SolvePath::Tridiagonal,
             path => path,
         };
-        if !path.is_cholesky() {
-            return Ok(RidgeSolve { path, in_place: false });
-        }
-        let solve = self.cholesky(path, dim, sets);
-        Ok(if asked == SolvePath::Auto { self.mixed_where_it_fits(solve, dim, sets) } else { solve })
+        Ok(if path.is_cholesky() { self.cholesky(path, dim, sets) } else { RidgeSolve { path, in_place: false } })
     }
 
     /// The one factor `auto` takes for a fixed λ > 0: mixed-precision where it pays and
