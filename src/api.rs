@@ -395,12 +395,19 @@ pub struct FeatureMap {
     pipeline: FeaturePipeline,
 }
 
-/// What rebuilds a fitted [`FeatureMap`]: the maps are redrawn from the seed.
+/// A stage's stored f32 arrays: `(name, shape, values)`.
+type StoredArrays = Vec<(String, Vec<usize>, Vec<f32>)>;
+
+/// What rebuilds a fitted [`FeatureMap`]: the maps are redrawn from the seed, except
+/// the stages whose fit left arrays (Nyström's landmarks and factor), which are stored.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct FittedMap {
     stages: Vec<StageSpec>,
     features: ResolvedFeatures,
     seed: u64,
+    /// Per stage, its f32 arrays `(name, shape, values)` where its fit left arrays.
+    #[serde(default)]
+    arrays: Vec<Option<StoredArrays>>,
 }
 
 impl FeatureMap {
@@ -435,7 +442,35 @@ impl FeatureMap {
     /// The fitted parameters as JSON (stages, feature columns, seed): small, since
     /// the maps are redrawn from the seed by [`FeatureMap::from_json`].
     pub fn to_json(&self) -> Result<String> {
-        let f = FittedMap { stages: self.stages.clone(), features: self.features.clone(), seed: self.seed };
+        let arrays = self
+            .pipeline
+            .stages()
+            .iter()
+            .map(|st| {
+                st.spec.array_fitted().then(|| {
+                    st.params()
+                        .into_iter()
+                        .filter_map(|p| match p.data {
+                            crate::sketch::ParamData::F32(v) => Some((p.name, p.shape, v)),
+                            _ => None,
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        let f = FittedMap { stages: self.stages.clone(), features: self.features.clone(), seed: self.seed, arrays };
+        serde_json::to_string(&f).map_err(|e| Error::bug_from("a feature map serialises", e))
+    }
+
+    /// The fitted stages, feature columns and seed as JSON, without the fitted arrays
+    /// [`FeatureMap::to_json`] carries: what a caller reads the fitted keys from.
+    pub fn spec_json(&self) -> Result<String> {
+        let f = FittedMap {
+            stages: self.stages.clone(),
+            features: self.features.clone(),
+            seed: self.seed,
+            arrays: Vec::new(),
+        };
         serde_json::to_string(&f).map_err(|e| Error::bug_from("a feature map serialises", e))
     }
 
@@ -443,13 +478,37 @@ impl FeatureMap {
     pub fn from_json(text: &str) -> Result<FeatureMap> {
         let f: FittedMap = serde_json::from_str(text)
             .map_err(|e| Error::config("feature map", "-", format!("not a fitted feature map: {e}")))?;
-        if let Some(i) = f.stages.iter().position(StageSpec::needs_fit) {
-            return Err(Error::config("feature map", format!("stages.{i}"), "the stage is not fitted"));
-        }
+        let d = f.features.dim;
+        let mut stages = Vec::with_capacity(f.stages.len());
         for (i, s) in f.stages.iter().enumerate() {
-            s.check_width(f.features.dim, i)?;
+            let at = || format!("stages.{i}");
+            s.check_width(d, i)?;
+            let stored = f.arrays.get(i).cloned().flatten();
+            let stage = match (s.array_fitted(), stored) {
+                // The stored arrays are checked by the family's restore, as a model's are.
+                (true, Some(arrays)) => {
+                    let params: Vec<crate::sketch::ParamArray> = arrays
+                        .into_iter()
+                        .map(|(name, shape, v)| crate::sketch::ParamArray {
+                            name,
+                            shape,
+                            data: crate::sketch::ParamData::F32(v),
+                        })
+                        .collect();
+                    crate::sketch::Stage::from_params(s, d, &params)
+                        .map_err(|e| Error::config("feature map", at(), e.to_string()))?
+                }
+                (true, None) => {
+                    return Err(Error::config("feature map", at(), "the stage's fitted arrays are missing"))
+                }
+                (false, _) if s.needs_fit() => {
+                    return Err(Error::config("feature map", at(), "the stage is not fitted"))
+                }
+                (false, _) => crate::sketch::Stage::build(s, d, f.seed, i)?,
+            };
+            stages.push(stage);
         }
-        let pipeline = FeaturePipeline::build(&f.stages, f.features.dim, f.seed)?;
+        let pipeline = FeaturePipeline::from_stages(stages, d);
         Ok(FeatureMap { stages: f.stages, features: f.features, seed: f.seed, pipeline })
     }
 

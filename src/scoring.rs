@@ -15,24 +15,30 @@ use pulp::{Arch, Simd, WithSimd};
 use crate::sketch::FeaturePipeline;
 
 /// The rows of one block: about 1 MiB of f32 features, so the map's output is still in
-/// cache when the scores read it.
-fn block_rows(dim: usize) -> usize {
-    ((1usize << 18) / dim.max(1)).clamp(8, 1024)
+/// cache when the scores read it — or more where a map reads large parameters once per
+/// call (Nyström's factor: 1.2 GB at M = 24,576, read per block of 10 rows it made
+/// scoring memory-bound).
+fn block_rows(pipeline: &FeaturePipeline) -> usize {
+    ((1usize << 18) / pipeline.output_dim().max(1)).clamp(8, 1024).max(pipeline.min_block_rows())
 }
 
 /// The rows of one projection product: the product packs the basis (`D × E` f64, 32 MB
 /// at 4096 × 1024) once per call, so at [`block_rows`]' 64 rows packing took most of the
 /// time (33 GFLOP/s for `transform`); 512 rows amortise it, while the block's f64
 /// features stay at most 16 MiB (64 rows at D ≥ 32,768).
-fn projection_rows(dim: usize) -> usize {
-    ((2usize << 20) / dim.max(1)).clamp(64, 512)
+fn projection_rows(pipeline: &FeaturePipeline) -> usize {
+    ((2usize << 20) / pipeline.output_dim().max(1)).clamp(64, 512).max(pipeline.min_block_rows())
 }
 
 /// One [`Scorer`]'s buffers at most, for features of width `dim`: a block's f32 features
 /// and their f64 copy, and with PCA (`components` > 0) the projection block's product.
-pub fn scratch_bytes(dim: usize, components: usize) -> u64 {
-    let bytes =
-        if components == 0 { block_rows(dim) * dim * 12 } else { projection_rows(dim) * (dim * 12 + components * 8) };
+pub fn scratch_bytes(pipeline: &FeaturePipeline, components: usize) -> u64 {
+    let dim = pipeline.output_dim();
+    let bytes = if components == 0 {
+        block_rows(pipeline) * dim * 12
+    } else {
+        projection_rows(pipeline) * (dim * 12 + components * 8)
+    };
     bytes as u64
 }
 
@@ -178,7 +184,7 @@ impl Scorer {
     /// (`rows × outputs`), one block at a time on this thread.
     pub fn scores(&mut self, pipeline: &FeaturePipeline, head: &Head, x: &[f32], rows: usize) -> Vec<f64> {
         let mut out = Vec::with_capacity(rows * head.outputs);
-        let step = block_rows(pipeline.output_dim());
+        let step = block_rows(pipeline);
         self.each_block(pipeline, x, rows, step, |_, z, n, wide| head.apply(z, n, wide, &mut out));
         out
     }
@@ -209,7 +215,7 @@ impl Scorer {
         let dim = pipeline.output_dim();
         let mut out = vec![T::default(); rows * total];
         let mut proj = std::mem::take(&mut self.proj);
-        self.each_block(pipeline, x, rows, projection_rows(dim), |start, z, n, wide| {
+        self.each_block(pipeline, x, rows, projection_rows(pipeline), |start, z, n, wide| {
             let mut col = 0;
             for p in projectors {
                 let (len, e) = (p.mean.len(), p.components);

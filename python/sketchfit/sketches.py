@@ -33,6 +33,7 @@ NAMES = {
     "exp_chi2": ("ExpChi2", "exp(−β X²(x, y)): the χ² series, then Gaussian random Fourier features (non-negative inputs)."),
     "gaussian_sketch": ("GaussianSketch", "Gaussian kernel by per-coordinate expansions and one recursive tensor sketch (low d)."),
     "gaussian_sketch_hd": ("GaussianSketchHD", "Gaussian kernel by one recursive tensor sketch per degree (high d)."),
+    "nystrom": ("Nystroem", "Polynomial or Gaussian kernel by dim landmark rows of the data: z(x) = L⁻¹k_M(x), K_MM + εI = LLᵀ."),
 }
 
 
@@ -107,13 +108,13 @@ class _Sketch(TransformerMixin, BaseEstimator):
 def _fitted_stage(m) -> dict:
     import json
 
-    return json.loads(m.to_json())["stages"][0]
+    return json.loads(m.spec_json())["stages"][0]
 
 
 def _features_of(m) -> dict:
     import json
 
-    return json.loads(m.to_json())["features"]
+    return json.loads(m.spec_json())["features"]
 
 
 def _family(kind: str):

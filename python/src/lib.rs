@@ -361,6 +361,11 @@ impl PyFeatureMap {
         self.inner.to_json().map_err(py_err)
     }
 
+    /// The fitted keys and feature columns, without the fitted arrays (Nyström's).
+    fn spec_json(&self) -> PyResult<String> {
+        self.inner.spec_json().map_err(py_err)
+    }
+
     /// `(bytes of f32, rows, D)`: the random features of every row.
     fn transform<'py>(
         &self,

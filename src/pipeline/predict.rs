@@ -293,7 +293,7 @@ pub fn predict(model: &Model, inputs: &[PathBuf], output: &Path, opts: &PredictO
     let schema = prediction_schema(model, &ds, opts)?;
     if opts.progress {
         let out_row = 8 * (1 + model.header.outputs + score_names(model, opts).len());
-        let scratch = crate::scoring::scratch_bytes(model.pipeline.output_dim(), 0);
+        let scratch = crate::scoring::scratch_bytes(&model.pipeline, 0);
         eprintln!("{}", memory_line(&ds, opts, out_row, scratch));
     }
     let mut out = AtomicFile::create(output)?;
@@ -451,7 +451,7 @@ pub fn transform(model: &Model, inputs: &[PathBuf], output: &Path, opts: &Predic
         ..opts.clone()
     };
     if opts.progress {
-        let scratch = crate::scoring::scratch_bytes(model.pipeline.output_dim(), e);
+        let scratch = crate::scoring::scratch_bytes(&model.pipeline, e);
         eprintln!("{}", memory_line(&ds, opts, 4 * e, scratch));
     }
     let mut fields = kept_fields(&ds, &opts.keep)?;

@@ -169,18 +169,31 @@ pub fn prepare_inputs(
     }
     let needs = spec.stages.iter().any(StageSpec::needs_nonnegative);
     let mut check = |ch: &Chunk| check_nonnegative(needs, ch, &labeled.features);
-    let sample = prepass_sample(&labeled, unlabeled.as_ref(), &work, spec, &mut check)?;
     // With candidates, the first map is the first candidate's; the others follow it.
     let pipelines: Vec<&CheckedPipeline> = match &checked.candidates {
         Some(set) => set.pipelines.iter().collect(),
         None => vec![checked],
     };
+    let at_least = pipelines.iter().flat_map(|p| p.stages()).map(StageSpec::sample_rows).max().unwrap_or(0);
+    let t0 = std::time::Instant::now();
+    let sample = prepass_sample(&labeled, unlabeled.as_ref(), &work, (spec, at_least), &mut check)?;
+    let read = t0.elapsed().as_secs_f64();
     let maps = pipelines
         .iter()
         .enumerate()
         .map(|(j, p)| fitted_map(checked, p.stages(), &sample, labeled.dim(), j))
         .collect::<Result<Vec<_>>>()?;
     let first = maps.first().ok_or_else(|| Error::bug("no candidate pipelines"))?;
+    report.say(format!(
+        "pre-pass: {} sample rows read in {read:.1} s; stages fitted, maps drawn and the shift taken in {:.1} s",
+        sample.len() / labeled.dim().max(1),
+        t0.elapsed().as_secs_f64() - read
+    ));
+    for (i, st) in first.pipeline.stages().iter().enumerate() {
+        if let Some(note) = st.map.fitted_note() {
+            report.say(format!("stage {i} ({}): {note}", st.spec.kind()));
+        }
+    }
     for (i, st) in first.stages.iter().enumerate() {
         let t = match st {
             StageSpec::GaussianSketch(g) => g.truncation,
@@ -266,7 +279,10 @@ fn fitted_map(
     let mut map = FittedMap::build(fitted, d, spec.run.seed, None).map_err(place)?;
     if spec.run.shift == ShiftMode::Sample {
         let threads = crate::pipeline::plan::RunOptions::default().threads_for(checked);
-        map.shift = sample_mean(&map.pipeline, sample, threads);
+        // The shift only conditions the sums, so run.sample_rows rows of a sample
+        // enlarged for landmarks are enough (mapping them all is a Nyström pass of its own).
+        let rows = (sample.len() / d.max(1)).min(spec.run.sample_rows.max(1));
+        map.shift = sample_mean(&map.pipeline, &sample[..rows * d], threads);
     }
     Ok(map)
 }
@@ -277,7 +293,8 @@ pub(crate) fn fit_stages(spec: &PipelineSpec, data: &Dataset) -> Result<Vec<Stag
     let work: Vec<WorkUnit> = data.units().into_iter().map(|unit| WorkUnit { unlabeled: false, unit }).collect();
     let needs = spec.stages.iter().any(StageSpec::needs_nonnegative);
     let mut check = |ch: &Chunk| check_nonnegative(needs, ch, &data.features);
-    let sample = prepass_sample(data, None, &work, spec, &mut check)?;
+    let at_least = spec.stages.iter().map(StageSpec::sample_rows).max().unwrap_or(0);
+    let sample = prepass_sample(data, None, &work, (spec, at_least), &mut check)?;
     let d = data.dim();
     spec.stages.iter().enumerate().map(|(i, s)| s.fit(&sample, d, spec.run.seed, i)).collect()
 }
@@ -334,17 +351,18 @@ fn same_features(train: &Dataset, other: &Dataset, what: &str) -> Result<()> {
     Err(Error::data(at, message))
 }
 
-/// The pre-pass sample: units in a seeded random order until they hold four times the
+/// The pre-pass sample of `run.sample_rows` rows, or `at_least` where more (a Nyström
+/// stage's landmarks): units in a seeded random order until they hold four times the
 /// sample size (every unit for small inputs), then a seeded reservoir over their rows.
 /// It reads only those row groups and is the same in every shard.
 pub(crate) fn prepass_sample(
     labeled: &Dataset,
     unlabeled: Option<&Dataset>,
     work: &[WorkUnit],
-    spec: &PipelineSpec,
+    (spec, at_least): (&PipelineSpec, usize),
     check: &mut dyn FnMut(&Chunk) -> Result<()>,
 ) -> Result<Vec<f32>> {
-    let n = spec.run.sample_rows.max(1);
+    let n = spec.run.sample_rows.max(at_least).max(1);
     let d = labeled.dim();
     let mut rng = StageRng::new(spec.run.seed, u64::MAX - 1);
     let mut order: Vec<usize> = (0..work.len()).collect();

@@ -55,6 +55,9 @@ pub(crate) fn accumulate_part(
     report: &mut Reporter,
 ) -> Result<Statistics> {
     let ((i, n), pass1) = target;
+    if let Some(st) = checked.stages().iter().find(|s| s.array_fitted()) {
+        return Err(crate::sketch::array_fitted(st));
+    }
     if n == 0 || i >= n {
         return Err(Error::usage("--shard", format!("shard {i}/{n}: need 0 ≤ i < N")));
     }

@@ -340,6 +340,10 @@ pub fn progress(total_rows: u64, what: &str, enabled: bool) -> ProgressBar {
 
 /// Mean features of the pre-pass sample: the accumulator shift.
 pub fn sample_mean(pipeline: &FeaturePipeline, sample: &[f32], threads: usize) -> Vec<f64> {
+    // A map linear in a cheaper quantity (Nyström) gives its mean without its features.
+    if let Some(mean) = pipeline.linear_mean(sample) {
+        return mean;
+    }
     let (d, dim) = (pipeline.input_dim(), pipeline.output_dim());
     let n = sample.len().checked_div(d).unwrap_or(0);
     let mut sum = vec![0.0f64; dim];

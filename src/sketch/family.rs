@@ -30,6 +30,10 @@ pub(crate) trait Family:
     /// True when the stage's inputs must be non-negative (the χ² family).
     const NONNEGATIVE: bool = false;
 
+    /// True when the fit leaves arrays (Nyström's landmarks) that only the built map and
+    /// a model's arrays hold: such a stage cannot be redrawn from its spec and seed.
+    const ARRAY_FITTED: bool = false;
+
     /// An upper bound on the bytes of the random parameters that grow as `d × D` (dense
     /// projections), for inputs of width `d`: what the run states and checks before it
     /// draws the map. Count-sketch families hold `O(d)` and count 0.
@@ -43,8 +47,20 @@ pub(crate) trait Family:
     /// The fitted parameters, or `None` while some are still to be fitted.
     fn fitted(&self) -> Option<Self::Fitted>;
 
+    /// The fitted parameters a stored map is rebuilt with ([`Family::restore`]) and its
+    /// kernel read from: [`Family::fitted`], except where the fit's arrays live in the
+    /// model rather than in the spec.
+    fn stored(&self) -> Option<Self::Fitted> {
+        self.fitted()
+    }
+
+    /// The sample rows the fit needs at least (Nyström: one per landmark).
+    fn sample_rows(&self) -> usize {
+        0
+    }
+
     /// Fits the missing parameters on the pre-pass sample (called only when
-    /// [`Family::fitted`] is `None`).
+    /// [`Family::fitted`] is `None`, with at least [`Family::sample_rows`] rows).
     fn fit(&self, sample: &Sample) -> Self::Fitted;
 
     /// The spec a model header stores for fitted parameters.
@@ -78,6 +94,8 @@ pub(crate) struct Sample {
     pub d: usize,
     /// Distinct row pairs.
     pub pairs: Vec<(usize, usize)>,
+    /// The stream `(seed, 2^32 + index)` the pairs came from, for further draws.
+    stream: (u64, u64),
 }
 
 impl Sample {
@@ -86,7 +104,8 @@ impl Sample {
         let mut xn = x.to_vec();
         normalize.apply(&mut xn, d);
         let n = xn.len().checked_div(d).unwrap_or(0);
-        let mut rng = StageRng::new(seed, (1u64 << 32) + index as u64);
+        let stream = (seed, (1u64 << 32) + index as u64);
+        let mut rng = StageRng::new(stream.0, stream.1);
         let pairs = if n < 2 {
             Vec::new()
         } else {
@@ -101,7 +120,22 @@ impl Sample {
                 })
                 .collect()
         };
-        Sample { x: xn, n, d, pairs }
+        Sample { x: xn, n, d, pairs, stream }
+    }
+
+    /// `m` distinct row indices, uniformly (a partial Fisher–Yates shuffle on the stream
+    /// after the pairs'), in increasing order; every row when `m ≥ n`.
+    pub fn draw_rows(&self, m: usize) -> Vec<usize> {
+        let mut rng = StageRng::new(self.stream.0, self.stream.1 ^ (1u64 << 48));
+        let mut idx: Vec<usize> = (0..self.n).collect();
+        let m = m.min(self.n);
+        for k in 0..m {
+            let j = k + rng.below((self.n - k) as u32) as usize;
+            idx.swap(k, j);
+        }
+        idx.truncate(m);
+        idx.sort_unstable();
+        idx
     }
 
     /// Row `i`.

@@ -86,6 +86,26 @@ impl FeaturePipeline {
         self.stages.iter().map(Stage::output_dim).sum()
     }
 
+    /// The mean features of the rows of `x` where the one stage's map can give it
+    /// without mapping them ([`FeatureMap::linear_mean`]); `None` otherwise.
+    pub fn linear_mean(&self, x: &[f32]) -> Option<Vec<f64>> {
+        let [stage] = &self.stages[..] else {
+            return None;
+        };
+        let rows = x.len().checked_div(self.d)?;
+        let mut normed = x.to_vec();
+        stage.spec.normalize().apply(&mut normed, self.d);
+        let mut mean = stage.map.linear_mean(&normed, rows)?;
+        let w = stage.spec.weight();
+        mean.iter_mut().for_each(|v| *v *= w);
+        Some(mean)
+    }
+
+    /// The fewest rows a mapping call should take (the largest any stage asks).
+    pub fn min_block_rows(&self) -> usize {
+        self.stages.iter().map(|s| s.map.min_block_rows()).max().unwrap_or(1)
+    }
+
     /// Whether a stage needs non-negative inputs (the χ² family).
     pub fn needs_nonnegative(&self) -> bool {
         self.stages.iter().any(|s| s.spec.needs_nonnegative())
