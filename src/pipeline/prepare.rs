@@ -265,13 +265,15 @@ fn fitted_map(
         .map_err(place)?;
     // The maps' dense random parameters are drawn before the plan: refuse what would not
     // fit before drawing them (D = 2^20 over thousands of input columns is terabytes).
-    let bytes: u64 = fitted.iter().map(|s| s.param_bytes(d)).sum();
+    // A Nyström stage needs more while it is built (its f64 factor) than it keeps.
+    let kept: u64 = fitted.iter().map(|s| s.param_bytes(d)).sum();
+    let bytes = fitted.iter().map(|s| kept - s.param_bytes(d) + s.build_peak_bytes(d)).fold(kept, u64::max);
     if let Some(limit) = crate::pipeline::plan::memory_limit(checked).filter(|&l| bytes > l) {
         return Err(Error::Memory {
             needed: bytes,
             limit,
             hint: format!(
-                "the stages' random parameters ({}) grow as the input width × dim: lower the stages' dim or the input columns",
+                "the stages' random parameters ({} at their largest, while built) grow as the input width × dim (Nyström: as dim²): lower the stages' dim or the input columns",
                 crate::pipeline::plan::mib(bytes)
             ),
         });

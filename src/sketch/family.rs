@@ -41,6 +41,12 @@ pub(crate) trait Family:
         0
     }
 
+    /// The stage's largest allocation while its map is built, in place of
+    /// [`Family::dense_param_bytes`] (Nyström's f64 landmark kernel and its factor).
+    fn build_peak_bytes(&self, d: usize) -> u64 {
+        self.dense_param_bytes(d)
+    }
+
     /// Checks every key; with the input width `d` known, also the keys sized by it.
     fn check(&self, d: Option<usize>) -> Checked;
 

@@ -179,6 +179,15 @@ macro_rules! families {
                 }
             }
 
+            /// [`StageSpec::param_bytes`] while the map is being built, where that is
+            /// more (a Nyström stage's f64 factor, freed once it is in f32).
+            pub fn build_peak_bytes(&self, d: usize) -> u64 {
+                let (own, peak) = match self {
+                    $(StageSpec::$variant(s) => (s.dense_param_bytes(d), s.build_peak_bytes(d)),)*
+                };
+                self.param_bytes(d) - own + peak.max(own)
+            }
+
             /// True for stages whose inputs must be non-negative (the χ² family).
             pub fn needs_nonnegative(&self) -> bool {
                 match self {

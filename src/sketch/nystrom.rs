@@ -169,6 +169,12 @@ impl Family for NystromSpec {
         // The landmarks (M × d f32) and the factor (M × M f32).
         4 * self.dim as u64 * (d as u64 + self.dim as u64)
     }
+    /// The landmarks in f32 and f64, the f64 kernel of 8 rows more than M (its padded
+    /// stride) and the packed f32 copy made before it is freed.
+    fn build_peak_bytes(&self, d: usize) -> u64 {
+        let (m, d) = (self.dim as u64, d as u64);
+        12 * m * d + 8 * (m + 8) * m + 2 * m * (m + 1)
+    }
     fn dim(&self) -> Option<usize> {
         Some(self.dim)
     }

@@ -179,6 +179,20 @@ fn a_trained_model_scores_as_trained_and_parts_are_refused_by_name() {
     let out = sketchfit(&["accumulate", &p, "--shard", "0/2", "-o", part.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("nystrom stage's landmarks") && !part.exists(), "{}", stderr(&out));
+    // The build's f64 factor counts against the memory limit before it is made: at
+    // M = 1,000 it needs 10.8 MB while the stage keeps 4.3 MB, and 9 MiB is refused here.
+    let out = sketchfit(&[
+        "train",
+        &p,
+        "-o",
+        dir.path("y.sfm").to_str().unwrap(),
+        "--set",
+        "stages.0.dim=1000",
+        "--set",
+        "run.memory_limit_mib=9",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("while built"), "{}", stderr(&out));
     // More landmarks than rows: refused, naming the key and the largest dim allowed.
     let out = sketchfit(&["train", &p, "-o", dir.path("x.sfm").to_str().unwrap(), "--set", "stages.0.dim=5000"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
