@@ -520,7 +520,7 @@ impl Planner<'_> {
             f.labeled_rows + f.unlabeled_rows,
             f.files,
         );
-        MemoryPlan {
+        self.with_model_write(MemoryPlan {
             statistics: stats + held_out,
             buffers,
             solve,
@@ -528,7 +528,23 @@ impl Planner<'_> {
             limit: self.limit,
             line,
             hint: String::new(),
+        })
+    }
+
+    /// The model's write after the statistics are freed: its arrays encoded, decoded
+    /// again and the maps rebuilt from them (the read-back check), beside the maps still
+    /// held — three copies of the stored parameters besides their own. For the random
+    /// maps that is megabytes; a Nyström model stores its landmarks and factor (3.5 GB
+    /// at M = 40,960), and then it can exceed the pass.
+    fn with_model_write(&self, mut plan: MemoryPlan) -> MemoryPlan {
+        let f = self.facts;
+        let dim = f.dims.iter().copied().max().unwrap_or(0) as u64;
+        let write = 3 * f.map_bytes + 16 * dim * f.outputs as u64;
+        if f.map_bytes > 0 {
+            plan.line += &format!("; the model's write and read-back {} beside the maps", mib(write));
         }
+        plan.needed = plan.needed.max(f.map_bytes + write);
+        plan
     }
 
     fn dual_memory(&self, dual: &Dual) -> MemoryPlan {
@@ -550,7 +566,15 @@ impl Planner<'_> {
             f.files,
         );
         let needed = rows + solve + buffers + f.map_bytes + f.fetch_bytes;
-        MemoryPlan { statistics: rows, buffers, solve, needed, limit: self.limit, line, hint: String::new() }
+        self.with_model_write(MemoryPlan {
+            statistics: rows,
+            buffers,
+            solve,
+            needed,
+            limit: self.limit,
+            line,
+            hint: String::new(),
+        })
     }
 }
 

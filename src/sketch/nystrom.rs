@@ -11,17 +11,17 @@
 //!
 //! The factor is computed once, in f64 (`K_MM` is ill-conditioned: its spectrum decays
 //! as the kernel's), with `ε` a stated fraction of `K_MM`'s mean diagonal, raised
-//! tenfold until the factor exists. Mapping a block of rows is one f32 product with the
-//! landmarks, the kernel's scalar function, and one f32 triangular solve: both at the
-//! BLAS rate, `2Md + M²` flops per row.
+//! tenfold until every pivot is at least `ε/2` (each is at least ε in exact arithmetic).
+//! `K_MM` and both factors are lower triangles in the statistics' tile layout, factored
+//! by the statistics' tiled Cholesky: half the memory of a dense matrix, and the tile
+//! kernel's rate at any M. Mapping a block of rows is one f32 product with the
+//! landmarks, the kernel's scalar function, and one f32 forward substitution by tiles:
+//! both at the BLAS rate, `2Md + M²` flops per row.
 
 use std::sync::Arc;
 
-use faer::linalg::cholesky::llt::factor::{cholesky_in_place, cholesky_in_place_scratch};
 use faer::linalg::matmul::matmul;
-use faer::linalg::triangular_solve::solve_lower_triangular_in_place;
-use faer::reborrow::ReborrowMut;
-use faer::{Accum, Mat, MatMut, MatRef, Par};
+use faer::{Accum, MatMut, MatRef, Par};
 use serde::{Deserialize, Serialize};
 
 use super::family::{Family, Sample};
@@ -29,6 +29,7 @@ use super::keys::{defaults, dim, fail, family_spec, poly, positive_opt, weight, 
 use super::params::{PResult, ParamArray, Params};
 use super::{DotKernel, FeatureMap, Kernel, Sketch};
 use crate::rng::StageRng;
+use crate::stats::{factor_tiles, forward_tiles, parallel, split_tiles, split_tiles_ref, tile_range, TriGram, TILE};
 
 /// The kernel a Nyström stage evaluates exactly on its landmarks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -166,14 +167,14 @@ impl Family for NystromSpec {
         fitted.clone()
     }
     fn dense_param_bytes(&self, d: usize) -> u64 {
-        // The landmarks (M × d f32) and the factor (M × M f32).
-        4 * self.dim as u64 * (d as u64 + self.dim as u64)
+        // The landmarks (M × d f32) and the factor's tiles (about M²/2 f32).
+        4 * (self.dim * d + TriGram::len_for(self.dim)) as u64
     }
-    /// The landmarks in f32 and f64, the f64 kernel of 8 rows more than M (its padded
-    /// stride) and the packed f32 copy made before it is freed.
+    /// The landmarks in f32 and f64, the f64 kernel's tiles and the f32 copy of its
+    /// factor made before they are freed.
     fn build_peak_bytes(&self, d: usize) -> u64 {
         let (m, d) = (self.dim as u64, d as u64);
-        12 * m * d + 8 * (m + 8) * m + 2 * m * (m + 1)
+        12 * m * d + 12 * TriGram::len_for(self.dim) as u64
     }
     fn dim(&self) -> Option<usize> {
         Some(self.dim)
@@ -198,21 +199,52 @@ impl Family for NystromSpec {
         let kernel = s.exact().ok_or("the Gaussian Nyström stage has no fitted sigma")?;
         let m = s.dim;
         let landmarks = p.f32("landmarks", &[m, d])?;
-        let packed = p.f32("factor", &[m * (m + 1) / 2])?;
+        let packed = p.f32_ref("factor", &[m * (m + 1) / 2])?;
         let epsilon = p.f32("epsilon", &[1])?[0];
-        if landmarks.iter().chain(&packed).any(|v| !v.is_finite()) || !(epsilon.is_finite() && epsilon > 0.0) {
+        if landmarks.iter().chain(packed).any(|v| !v.is_finite()) || !(epsilon.is_finite() && epsilon > 0.0) {
             return Err("Nyström parameters must be finite, and its epsilon positive".into());
         }
         if let Some(i) = (0..m).find(|&i| packed[i * (i + 1) / 2 + i] <= 0.0) {
             return Err(format!("array 'factor' has a non-positive diagonal at {i}"));
         }
-        Ok(Box::new(Nystrom::new(kernel, d, Arc::new(landmarks), unpack(&packed, m), f64::from(epsilon))))
+        let factor = tiles_of_packed(packed, m);
+        Ok(Box::new(Nystrom::new(kernel, d, Arc::new(landmarks), factor, f64::from(epsilon))))
     }
 }
 
-/// The lower factor from its packed rows (row `i` holds `L_i0 … L_ii`).
-fn unpack(packed: &[f32], m: usize) -> Mat<f32> {
-    Mat::<f32>::from_fn(m, m, |i, j| if j <= i { packed[i * (i + 1) / 2 + j] } else { 0.0 })
+/// Where `(r, c)` of each tile `(I, J)` lives in a model's packed rows (row `r` holds
+/// `L_r0 … L_rr`): calls `f(tile, packed index, tile index)` for every lower entry.
+fn each_packed(tiles: usize, m: usize, mut f: impl FnMut(usize, usize, usize)) {
+    let nt = m.div_ceil(TILE);
+    let mut t = 0;
+    for i in 0..nt {
+        for j in 0..=i {
+            let (ri, rj) = (tile_range(m, i), tile_range(m, j));
+            for (x, r) in ri.enumerate() {
+                for (y, col) in rj.clone().enumerate().take_while(|&(_, col)| col <= r) {
+                    f(t, r * (r + 1) / 2 + col, x * rj.len() + y);
+                }
+            }
+            t += 1;
+        }
+    }
+    debug_assert_eq!(t, tiles);
+}
+
+/// The factor's tiles from a model's packed rows.
+fn tiles_of_packed(packed: &[f32], m: usize) -> Vec<f32> {
+    let mut data = vec![0f32; TriGram::len_for(m)];
+    let mut tiles: Vec<&mut [f32]> = split_tiles(&mut data, m).into_iter().map(|(_, _, t)| t).collect();
+    each_packed(tiles.len(), m, |t, p, k| tiles[t][k] = packed[p]);
+    data
+}
+
+/// A model's packed rows from the factor's tiles.
+fn packed_of_tiles(data: &[f32], m: usize) -> Vec<f32> {
+    let mut packed = vec![0f32; m * (m + 1) / 2];
+    let tiles: Vec<&[f32]> = split_tiles_ref(data, m).into_iter().map(|(_, _, t)| t).collect();
+    each_packed(tiles.len(), m, |t, p, k| packed[p] = tiles[t][k]);
+    packed
 }
 
 /// A fitted Nyström map `R^d → R^M`.
@@ -224,8 +256,8 @@ pub struct Nystrom {
     landmarks: Arc<Vec<f32>>,
     /// Their squared norms (the Gaussian kernel).
     norms: Vec<f64>,
-    /// `L`, lower triangular, `M × M`.
-    factor: Mat<f32>,
+    /// `L`, lower triangular `M × M`, as tiles (the layout of `TriGram`).
+    factor: Vec<f32>,
     /// The `ε` added to `K_MM`'s diagonal, and the seconds the factor took (0 when
     /// restored).
     epsilon: f64,
@@ -243,65 +275,70 @@ fn sq_norm(x: &[f32]) -> f64 {
 }
 
 impl Nystrom {
-    fn new(kernel: ExactKernel, d: usize, landmarks: Arc<Vec<f32>>, factor: Mat<f32>, epsilon: f64) -> Self {
-        let m = factor.nrows();
+    fn new(kernel: ExactKernel, d: usize, landmarks: Arc<Vec<f32>>, factor: Vec<f32>, epsilon: f64) -> Self {
+        let m = landmarks.len() / d.max(1);
         let norms = landmarks.chunks_exact(d.max(1)).map(sq_norm).collect();
         Nystrom { kernel, d, m, landmarks, norms, factor, epsilon, seconds: 0.0 }
     }
 
     /// Factors `K_MM + εI` in f64 for `m` landmark rows: `ε` starts at `jitter` times the
-    /// mean diagonal and grows tenfold until the factor exists.
+    /// mean diagonal and grows tenfold until every pivot is at least `ε/2`.
     fn factor(kernel: ExactKernel, d: usize, landmarks: Arc<Vec<f32>>, m: usize, jitter: f64) -> Self {
         let t0 = std::time::Instant::now();
         let norms: Vec<f64> = landmarks.chunks_exact(d.max(1)).map(sq_norm).collect();
-        let lm = Mat::<f64>::from_fn(m, d, |i, j| f64::from(landmarks[i * d + j]));
-        let par = Par::rayon(0);
-        let kmm = |mut out: MatMut<'_, f64>| {
-            matmul(out.rb_mut(), Accum::Replace, lm.as_ref(), lm.transpose(), 1.0, par);
-            for j in 0..m {
-                for i in j..m {
-                    out[(i, j)] = kernel.of_dot(out[(i, j)], norms[i], norms[j]);
+        let lm: Vec<f64> = landmarks[..m * d].iter().map(|&v| f64::from(v)).collect();
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let rows = |r: std::ops::Range<usize>| MatRef::from_row_major_slice(&lm[r.start * d..r.end * d], r.len(), d);
+        // One tile of K_MM per call (a product of two blocks of landmarks, then the
+        // kernel's function), so the matrix is the same for any thread count.
+        let kmm = |data: &mut [f64]| {
+            parallel(split_tiles(data, m), threads, |(i, j, t): (usize, usize, &mut [f64])| {
+                let (ri, rj) = (tile_range(m, i), tile_range(m, j));
+                let hj = rj.len();
+                let c = MatMut::from_row_major_slice_mut(t, ri.len(), hj);
+                matmul(c, Accum::Replace, rows(ri.clone()), rows(rj.clone()).transpose(), 1.0, Par::Seq);
+                for (x, r) in ri.enumerate() {
+                    for (y, col) in rj.clone().enumerate() {
+                        t[x * hj + y] = kernel.of_dot(t[x * hj + y], norms[r], norms[col]);
+                    }
+                }
+            });
+        };
+        let add_diagonal = |data: &mut [f64], eps: f64| {
+            for (i, j, t) in split_tiles(data, m) {
+                if i == j {
+                    let h = tile_range(m, i).len();
+                    (0..h).for_each(|r| t[r * h + r] += eps);
                 }
             }
         };
-        // The columns are 8 values longer than M: at M a multiple of 512 a stride of M
-        // f64 maps the factor's panels onto the same cache sets, and faer's Cholesky ran
-        // at 43 GFLOP/s instead of 70 (M = 8,192, two cores).
-        let mut store = Mat::<f64>::zeros(m + 8, m);
-        let mut a = store.as_mut().subrows_mut(0, m);
-        kmm(a.rb_mut());
-        let mean = (0..m).map(|i| a[(i, i)]).sum::<f64>() / m.max(1) as f64;
+        let mut a = vec![0f64; TriGram::len_for(m)];
+        kmm(&mut a);
+        let diagonal: f64 = (0..m).map(|r| kernel.of_dot(norms[r], norms[r], norms[r])).sum();
+        let mean = diagonal / m.max(1) as f64;
         let mut eps = jitter * mean.abs().max(f64::MIN_POSITIVE);
-        let mut scratch = faer::dyn_stack::MemBuffer::new(cholesky_in_place_scratch::<f64>(m, par, Default::default()));
         loop {
-            for i in 0..m {
-                a[(i, i)] += eps;
-            }
-            let stack = faer::dyn_stack::MemStack::new(&mut scratch);
-            if cholesky_in_place(a.rb_mut(), Default::default(), par, stack, Default::default()).is_ok() || eps >= mean
-            {
+            add_diagonal(&mut a, eps);
+            let tiles = split_tiles(&mut a, m).into_iter().map(|(_, _, t)| t).collect();
+            if factor_tiles(tiles, m, 0.5 * eps, threads).is_ok() || eps >= mean {
                 break;
             }
             // The failed attempt overwrote `a`: rebuild it (a product, cheap beside the
             // factor) and try a larger ε.
-            kmm(a.rb_mut());
+            kmm(&mut a);
             eps *= 10.0;
         }
-        // To f32 through the packed triangle, the f64 matrix freed first: the build's peak
-        // is then 8M² + 2M² bytes, not 8M² + 4M² (16.8 GB, not 20 GB, at M = 40,960).
-        let mut packed = Vec::with_capacity(m * (m + 1) / 2);
-        for i in 0..m {
-            packed.extend((0..=i).map(|j| a[(i, j)] as f32));
-        }
-        drop(store);
-        let factor = unpack(&packed, m);
-        drop(packed);
+        drop(lm);
+        // The f32 copy made while the f64 tiles live: the build's peak is 12 bytes per
+        // stored value (about 6M² bytes: 10 GB at M = 40,960).
+        let factor: Vec<f32> = a.iter().map(|&v| v as f32).collect();
+        drop(a);
         Nystrom { kernel, d, m, landmarks, norms, factor, epsilon: eps, seconds: t0.elapsed().as_secs_f64() }
     }
 
-    /// The lower factor `L`.
-    pub fn factor_matrix(&self) -> MatRef<'_, f32> {
-        self.factor.as_ref()
+    /// The factor's tiles in storage order.
+    fn tiles(&self) -> Vec<&[f32]> {
+        split_tiles_ref(&self.factor, self.m).into_iter().map(|(_, _, t)| t).collect()
     }
 }
 
@@ -327,7 +364,7 @@ impl FeatureMap for Nystrom {
         // column r, so the product and the solve work on it in place.
         self.kernel_rows(x, rows, out);
         let k = MatMut::from_column_major_slice_mut(&mut out[..rows * m], m, rows);
-        solve_lower_triangular_in_place(self.factor.as_ref(), k, Par::Seq);
+        forward_tiles(&self.tiles(), m, k);
     }
 
     /// `L⁻¹ k̄`: the mean kernel row (256 rows at a time, summed in f64), then one
@@ -345,13 +382,18 @@ impl FeatureMap for Nystrom {
         }
         let scale = 1.0 / rows.max(1) as f64;
         sum.iter_mut().for_each(|v| *v *= scale);
-        // Column by column: the factor is column-major.
-        for j in 0..m {
-            let col = self.factor.col(j);
-            sum[j] /= f64::from(col[j]);
-            let v = sum[j];
-            for i in j + 1..m {
-                sum[i] -= f64::from(col[i]) * v;
+        // Tile row by tile row; the diagonal tile comes last in each.
+        for (i, j, t) in split_tiles_ref(&self.factor, m) {
+            let (ri, rj) = (tile_range(m, i), tile_range(m, j));
+            let hj = rj.len();
+            for (x, r) in ri.enumerate() {
+                let row = &t[x * hj..(x + 1) * hj];
+                let width = if i == j { x } else { hj };
+                let s: f64 = row[..width].iter().zip(&sum[rj.start..]).map(|(&l, &v)| f64::from(l) * v).sum();
+                sum[r] -= s;
+                if i == j {
+                    sum[r] /= f64::from(row[x]);
+                }
             }
         }
         Some(sum)
@@ -378,10 +420,7 @@ impl Nystrom {
 impl Sketch for Nystrom {
     fn params(&self) -> Vec<ParamArray> {
         let m = self.m;
-        let mut packed = Vec::with_capacity(m * (m + 1) / 2);
-        for i in 0..m {
-            packed.extend((0..=i).map(|j| self.factor[(i, j)]));
-        }
+        let packed = packed_of_tiles(&self.factor, m);
         vec![
             ParamArray::f32("landmarks", vec![m, self.d], self.landmarks.to_vec()),
             ParamArray::f32("factor", vec![m * (m + 1) / 2], packed),
@@ -390,9 +429,33 @@ impl Sketch for Nystrom {
     }
 
     fn fitted_note(&self) -> Option<String> {
+        let sigma = match self.kernel {
+            ExactKernel::Gaussian { sigma } => format!(", σ = {sigma:.4}"),
+            ExactKernel::Poly { .. } => String::new(),
+        };
         Some(format!(
-            "{} landmarks; K_MM + εI factored in f64 in {:.1} s, ε = {:.3e}",
+            "{} landmarks{sigma}; K_MM + εI factored in f64 in {:.1} s, ε = {:.3e}",
             self.m, self.seconds, self.epsilon
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_models_packed_rows_and_the_factors_tiles_hold_the_same_lower_triangle() {
+        // Three tile rows, the last one partial.
+        let m = 2 * TILE + 37;
+        let packed: Vec<f32> = (0..m * (m + 1) / 2).map(|k| k as f32).collect();
+        let tiles = tiles_of_packed(&packed, m);
+        for (r, c) in [(0, 0), (TILE, 3), (m - 1, m - 1), (m - 1, TILE + 5), (2 * TILE + 1, 2 * TILE)] {
+            let (i, j) = (r / TILE, c / TILE);
+            let (_, _, t) = split_tiles_ref(&tiles, m).into_iter().find(|&(a, b, _)| (a, b) == (i, j)).unwrap();
+            let width = tile_range(m, j).len();
+            assert_eq!(t[(r - i * TILE) * width + c - j * TILE], packed[r * (r + 1) / 2 + c], "({r}, {c})");
+        }
+        assert_eq!(packed_of_tiles(&tiles, m), packed);
     }
 }

@@ -74,11 +74,16 @@ impl Params<'_> {
         }
     }
     pub(crate) fn f32(&self, name: &str, shape: &[usize]) -> PResult<Vec<f32>> {
+        self.f32_ref(name, shape).map(<[f32]>::to_vec)
+    }
+    /// [`Params::f32`] without the copy: for arrays of gigabytes (Nyström's factor),
+    /// which a model's read-back would otherwise hold twice.
+    pub(crate) fn f32_ref(&self, name: &str, shape: &[usize]) -> PResult<&[f32]> {
         match self.get(name)? {
             ParamArray { shape: s, data: ParamData::F32(v), .. }
                 if s == shape && v.len() == s.iter().product::<usize>() =>
             {
-                Ok(v.clone())
+                Ok(v)
             }
             _ => Err(format!("array '{name}' must be f32 of shape {shape:?}")),
         }

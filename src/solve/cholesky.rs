@@ -2,80 +2,15 @@
 //! solve path): `C + λI = LLᵀ` on the tiled lower triangle the statistics already hold,
 //! then two triangular solves for all `c` right-hand sides at once.
 //!
-//! The factorisation is right-looking over `TILE × TILE` tiles: factor the diagonal
-//! tile, solve the panel below it, and update the trailing triangle by one GEMM per tile.
-//! Each tile's arithmetic is one sequential faer call whatever the thread count, so the
-//! result is bit-identical for any number of threads. No dense `D × D` matrix is formed;
-//! the factor overwrites the matrix it is given (the caller decides whether that is the
-//! statistics themselves or a copy).
+//! The factorisation is the tiled one of `stats::tri_factor` (right-looking, one
+//! sequential faer call per tile, bit-identical for any thread count). No dense `D × D`
+//! matrix is formed; the factor overwrites the matrix it is given (the caller decides
+//! whether that is the statistics themselves or a copy).
 
-use faer::linalg::matmul::matmul;
-use faer::linalg::triangular_solve::{solve_lower_triangular_in_place, solve_upper_triangular_in_place};
-use faer::reborrow::{Reborrow, ReborrowMut};
-use faer::{Accum, Mat, MatMut, MatRef, Par};
+use faer::Mat;
 
 use crate::error::{Error, Result};
-use crate::stats::{parallel, tile_len, GramStats, TriGram, TILE};
-
-/// `(I, J)` of the tile stored at each position, in storage order.
-fn tile_index(nt: usize) -> Vec<(usize, usize)> {
-    (0..nt).flat_map(|i| (0..=i).map(move |j| (i, j))).collect()
-}
-
-fn pos(i: usize, j: usize) -> usize {
-    i * (i + 1) / 2 + j
-}
-
-/// The scalar types the tiled factorisation runs in: f64, and f32 for the
-/// mixed-precision solve (`mixed.rs`).
-pub trait Scalar:
-    faer::traits::ComplexField
-    + Copy
-    + Send
-    + Sync
-    + PartialOrd
-    + std::ops::Add<Output = Self>
-    + std::ops::Sub<Output = Self>
-    + std::ops::Mul<Output = Self>
-    + std::ops::Div<Output = Self>
-    + std::iter::Sum
-    + 'static
-{
-    /// The value of `v` in this type.
-    fn of(v: f64) -> Self;
-    /// The square root.
-    fn root(self) -> Self;
-    /// Neither NaN nor infinite.
-    fn finite(self) -> bool;
-    /// 1.
-    fn one() -> Self {
-        Self::of(1.0)
-    }
-}
-
-impl Scalar for f64 {
-    fn of(v: f64) -> Self {
-        v
-    }
-    fn root(self) -> Self {
-        self.sqrt()
-    }
-    fn finite(self) -> bool {
-        self.is_finite()
-    }
-}
-
-impl Scalar for f32 {
-    fn of(v: f64) -> Self {
-        v as f32
-    }
-    fn root(self) -> Self {
-        self.sqrt()
-    }
-    fn finite(self) -> bool {
-        self.is_finite()
-    }
-}
+use crate::stats::{factor_tiles, solve_tiles, GramStats, TriGram};
 
 /// Factors `a` in place into its lower Cholesky factor (tile storage unchanged; the
 /// strict upper part of each diagonal tile is left as it was and never read). Fails with
@@ -85,109 +20,10 @@ pub fn factor_in_place(a: &mut TriGram, min_pivot: f64, threads: usize) -> std::
     factor_tiles(a.tiles_mut().into_iter().map(|(_, _, t)| t).collect(), dim, min_pivot, threads)
 }
 
-/// [`factor_in_place`] on the tiles of a lower triangle of side `dim` in any scalar type.
-pub(crate) fn factor_tiles<T: Scalar>(
-    mut tiles: Vec<&mut [T]>,
-    dim: usize,
-    min_pivot: f64,
-    threads: usize,
-) -> std::result::Result<(), usize> {
-    let nt = dim.div_ceil(TILE);
-    let index = tile_index(nt);
-    let threads = threads.max(1);
-    let minus_one = T::of(-1.0);
-    for k in 0..nt {
-        let hk = tile_len(dim, k);
-        factor_tile(&mut tiles[pos(k, k)][..], hk, T::of(min_pivot)).map_err(|p| k * TILE + p)?;
-        // Disjoint borrows of the storage: the factored diagonal tile (shared) and the
-        // panel below it (each tile mutable, so every solve can run on its own thread).
-        {
-            let (head, tail) = tiles.split_at_mut(pos(k, k) + 1);
-            let diag = MatRef::from_row_major_slice(&*head[pos(k, k)], hk, hk);
-            let panel: Vec<(usize, &mut [T])> = index[pos(k, k) + 1..]
-                .iter()
-                .zip(tail.iter_mut())
-                .filter(|((_, j), _)| *j == k)
-                .map(|(&(i, _), t)| (i, &mut **t))
-                .collect();
-            parallel(panel, threads, |(i, t)| {
-                // L_ik L_kkᵀ = A_ik  ⇔  L_kk L_ikᵀ = A_ikᵀ.
-                let ta = MatMut::from_row_major_slice_mut(t, tile_len(dim, i), hk).transpose_mut();
-                solve_lower_triangular_in_place(diag, ta, Par::Seq);
-            });
-        }
-        // The panel (shared) and the trailing triangle (each tile mutable).
-        let mut panel: Vec<&[T]> = vec![&[]; nt];
-        let mut rest: Vec<(usize, usize, &mut [T])> = Vec::new();
-        for (&(i, j), t) in index.iter().zip(tiles.iter_mut()) {
-            if j == k && i > k {
-                panel[i] = &**t;
-            } else if j > k {
-                rest.push((i, j, &mut **t));
-            }
-        }
-        let lk = |i: usize| MatRef::from_row_major_slice(panel[i], tile_len(dim, i), hk);
-        parallel(rest, threads, |(i, j, t)| {
-            let c = MatMut::from_row_major_slice_mut(t, tile_len(dim, i), tile_len(dim, j));
-            matmul(c, Accum::Add, lk(i), lk(j).transpose(), minus_one, Par::Seq);
-        });
-    }
-    Ok(())
-}
-
-/// Cholesky of one row-major `n × n` diagonal tile in place (lower part), or the first
-/// pivot below `min_pivot`. In exact arithmetic every pivot of `C + λI` is at least λ, so
-/// a pivot below λ/2 means rounding has swamped the regularisation.
-fn factor_tile<T: Scalar>(a: &mut [T], n: usize, min_pivot: T) -> std::result::Result<(), usize> {
-    for j in 0..n {
-        let rj = &mut a[j * n..(j + 1) * n];
-        let d = rj[j] - rj[..j].iter().map(|&v| v * v).sum::<T>();
-        if d <= min_pivot || !d.finite() {
-            return Err(j);
-        }
-        let d = d.root();
-        rj[j] = d;
-        for i in j + 1..n {
-            let (upper, lower) = a.split_at_mut(i * n);
-            let rj = &upper[j * n..j * n + j];
-            let ri = &mut lower[..n];
-            let s = ri[j] - ri[..j].iter().zip(rj).map(|(&x, &y)| x * y).sum::<T>();
-            ri[j] = s / d;
-        }
-    }
-    Ok(())
-}
-
 /// Solves `LLᵀ X = B` in place for the factor `l` and a column-major `D × c` right side.
 pub fn solve_in_place(l: &TriGram, b: &mut Mat<f64>) {
     let tiles: Vec<&[f64]> = l.tiles().into_iter().map(|(_, _, t)| t).collect();
-    solve_tiles(&tiles, l.dim(), b);
-}
-
-/// [`solve_in_place`] for a factor given as its tiles, in any scalar type.
-pub(crate) fn solve_tiles<T: Scalar>(tiles: &[&[T]], dim: usize, b: &mut Mat<T>) {
-    let nt = dim.div_ceil(TILE);
-    let tile = |i: usize, j: usize| MatRef::from_row_major_slice(tiles[pos(i, j)], tile_len(dim, i), tile_len(dim, j));
-    let start = |i: usize| i * TILE;
-    let minus_one = T::of(-1.0);
-    for i in 0..nt {
-        let hi = tile_len(dim, i);
-        for j in 0..i {
-            let (top, mut bottom) = b.as_mut().split_at_row_mut(start(i));
-            let yj = top.rb().subrows(start(j), tile_len(dim, j));
-            matmul(bottom.rb_mut().subrows_mut(0, hi), Accum::Add, tile(i, j), yj, minus_one, Par::Seq);
-        }
-        solve_lower_triangular_in_place(tile(i, i), b.as_mut().subrows_mut(start(i), hi), Par::Seq);
-    }
-    for i in (0..nt).rev() {
-        let hi = tile_len(dim, i);
-        for j in i + 1..nt {
-            let (mut top, bottom) = b.as_mut().split_at_row_mut(start(j));
-            let xj = bottom.rb().subrows(0, tile_len(dim, j));
-            matmul(top.rb_mut().subrows_mut(start(i), hi), Accum::Add, tile(j, i).transpose(), xj, minus_one, Par::Seq);
-        }
-        solve_upper_triangular_in_place(tile(i, i).transpose(), b.as_mut().subrows_mut(start(i), hi), Par::Seq);
-    }
+    solve_tiles(&tiles, l.dim(), b.as_mut());
 }
 
 /// Ridge weights at one λ > 0 for every output: the centred `C + λI` (intercept
@@ -243,6 +79,7 @@ pub(crate) fn folded(stats: &GramStats, w: &Mat<f64>) -> (Vec<f64>, Vec<f64>) {
 pub(crate) mod tests {
     use super::*;
     use crate::solve::{Components, Pca, RotatedProblem};
+    use crate::stats::TILE;
 
     /// Statistics of correlated rows with a spectral spread, shifted away from 0.
     pub(crate) fn stats(rows: usize, dim: usize, c: usize, seed: u64) -> GramStats {

@@ -12,9 +12,9 @@ use faer::linalg::matmul::matmul;
 use faer::{Accum, Mat, MatMut, MatRef, Par};
 use serde::{Deserialize, Serialize};
 
-use super::cholesky::{centred_rhs, factor_tiles, folded, ridge_fixed, solve_tiles};
+use super::cholesky::{centred_rhs, folded, ridge_fixed};
 use crate::error::Result;
-use crate::stats::{parallel, split_tiles, tile_len, GramStats, TriGram, TILE};
+use crate::stats::{factor_tiles, parallel, solve_tiles, split_tiles, tile_len, GramStats, TriGram, TILE};
 
 /// The residual at which refinement stops: `‖B − AW‖_F ≤ 10⁻¹² ‖B‖_F`, where the
 /// weights agree with the f64 factorisation's to about `κ(A)·10⁻¹²`.
@@ -93,7 +93,7 @@ fn refine(stats: &GramStats, b: &Mat<f64>, lambda: f64, threads: usize) -> Resul
     let factor: Vec<&[f32]> = split_tiles(&mut l32, dim).into_iter().map(|(_, _, t)| &*t).collect();
     let solve32 = |r: &Mat<f64>| -> Mat<f64> {
         let mut x = Mat::<f32>::from_fn(r.nrows(), r.ncols(), |i, k| r[(i, k)] as f32);
-        solve_tiles(&factor, dim, &mut x);
+        solve_tiles(&factor, dim, x.as_mut());
         Mat::<f64>::from_fn(x.nrows(), x.ncols(), |i, k| f64::from(x[(i, k)]))
     };
     let norm_b = b.norm_l2().max(f64::MIN_POSITIVE);

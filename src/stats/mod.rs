@@ -8,10 +8,12 @@ use crate::error::Result;
 mod add;
 mod file;
 mod tri;
+mod tri_factor;
 
 pub use file::{checksum, stats_from_bytes, stats_from_file, stats_to_bytes, stats_to_file, STATS_VERSION};
-pub(crate) use tri::{parallel, split_tiles, tile_len, tile_range};
+pub(crate) use tri::{parallel, split_tiles, split_tiles_ref, tile_len, tile_range};
 pub use tri::{TriGram, TILE};
+pub use tri_factor::{backward_tiles, factor_tiles, forward_tiles, solve_tiles, Scalar};
 
 use add::{FALLBACK_ROWS, GROUP, ROW_BLOCK, ROW_BLOCK_F32};
 

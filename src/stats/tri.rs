@@ -59,18 +59,7 @@ impl TriGram {
 
     /// Tiles `(I, J, block)` in storage order.
     pub(crate) fn tiles(&self) -> Vec<(usize, usize, &[f64])> {
-        let dim = self.dim;
-        let nt = dim.div_ceil(TILE);
-        let mut out = Vec::with_capacity(nt * (nt + 1) / 2);
-        let mut rest: &[f64] = &self.data;
-        for i in 0..nt {
-            for j in 0..=i {
-                let (head, tail) = rest.split_at(tile_len(dim, i) * tile_len(dim, j));
-                out.push((i, j, head));
-                rest = tail;
-            }
-        }
-        out
+        split_tiles_ref(&self.data, self.dim)
     }
 
     /// The diagonal of `G`.
@@ -292,6 +281,21 @@ pub(crate) fn split_tiles<T>(data: &mut [T], dim: usize) -> Vec<(usize, usize, &
         for j in 0..=i {
             let len = tile_len(dim, i) * tile_len(dim, j);
             let (head, tail) = rest.split_at_mut(len);
+            out.push((i, j, head));
+            rest = tail;
+        }
+    }
+    out
+}
+
+/// [`split_tiles`] for shared reading.
+pub(crate) fn split_tiles_ref<T>(data: &[T], dim: usize) -> Vec<(usize, usize, &[T])> {
+    let nt = dim.div_ceil(TILE);
+    let mut out = Vec::with_capacity(nt * (nt + 1) / 2);
+    let mut rest: &[T] = data;
+    for i in 0..nt {
+        for j in 0..=i {
+            let (head, tail) = rest.split_at(tile_len(dim, i) * tile_len(dim, j));
             out.push((i, j, head));
             rest = tail;
         }

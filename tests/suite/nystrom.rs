@@ -58,8 +58,9 @@ fn on_its_landmarks_the_map_is_the_kernel_up_to_the_jitter() {
     // With M = n every sample row is a landmark: z_iᵀz_j = (K(K+εI)⁻¹K)_ij, which
     // differs from K_ij by ε(K(K+εI)⁻¹)_ij, at most ε in size. ε = 10⁻³ of the mean
     // diagonal here, so the f32 solve's rounding (cond(L)·2⁻²⁴ ≲ 10⁻⁴ relative) stays
-    // below it; the bound allows ε plus 10⁻⁵ of the diagonal for it.
-    let (n, d) = (160, 6);
+    // below it; the bound allows ε plus 10⁻⁵ of the diagonal for it. 300 landmarks are
+    // two tiles of the factor, the second partial.
+    let (n, d) = (300, 6);
     let x = rows(1, n, d);
     for (kernel, degree) in [(NystromKernel::Polynomial, 3), (NystromKernel::Gaussian, 2)] {
         let jitter = 1e-3;
@@ -180,7 +181,7 @@ fn a_trained_model_scores_as_trained_and_parts_are_refused_by_name() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("nystrom stage's landmarks") && !part.exists(), "{}", stderr(&out));
     // The build's f64 factor counts against the memory limit before it is made: at
-    // M = 1,000 it needs 10.8 MB while the stage keeps 4.3 MB, and 9 MiB is refused here.
+    // M = 1,000 its tiles need 8.3 MB while the stage keeps 2.8 MB, and 7 MiB is refused.
     let out = sketchfit(&[
         "train",
         &p,
@@ -189,10 +190,21 @@ fn a_trained_model_scores_as_trained_and_parts_are_refused_by_name() {
         "--set",
         "stages.0.dim=1000",
         "--set",
-        "run.memory_limit_mib=9",
+        "run.memory_limit_mib=7",
     ]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("while built"), "{}", stderr(&out));
+    // Keys out of range, or for the other kernel, are refused by name.
+    for (set, says) in [
+        ("stages.0.jitter=0", "must be in (0, 1), got 0"),
+        ("stages.0.jitter=1.5", "must be in (0, 1), got 1.5"),
+        ("stages.0.sigma=1.0", "is for kernel = \"gaussian\""),
+    ] {
+        let out = sketchfit(&["train", &p, "-o", dir.path("k.sfm").to_str().unwrap(), "--set", set]);
+        let key = set.split('=').next().unwrap_or_default().replace("stages.0", "stages[0]");
+        assert_eq!(out.status.code(), Some(2), "{set}: {}", stderr(&out));
+        assert!(stderr(&out).contains(&key) && stderr(&out).contains(says), "{set}: {}", stderr(&out));
+    }
     // More landmarks than rows: refused, naming the key and the largest dim allowed.
     let out = sketchfit(&["train", &p, "-o", dir.path("x.sfm").to_str().unwrap(), "--set", "stages.0.dim=5000"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));

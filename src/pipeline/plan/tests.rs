@@ -303,6 +303,22 @@ fn a_plan_that_does_not_fit_is_refused_before_the_pass_with_its_memory_stated() 
 }
 
 #[test]
+fn a_model_whose_maps_are_large_counts_its_write_and_read_back() {
+    // A Nyström map of gigabytes beside a small Gram: writing the model (its arrays
+    // encoded, decoded and rebuilt, beside the map) is the run's peak, and is what the
+    // limit is checked against.
+    let checked = spec("").unwrap();
+    let mut f = facts(100_000, 256);
+    f.map_bytes = 1 << 30;
+    let (_, memory) = Plan::decide(&checked, &f, &RunOptions::default()).unwrap();
+    assert!(memory.line.ends_with("the model's write and read-back 3072.0 MiB beside the maps"), "{}", memory.line);
+    assert!(memory.needed >= 4 << 30, "{}", memory.needed);
+    // Without such a map the pass is the peak, and the line says nothing of the write.
+    let (_, small) = Plan::decide(&checked, &facts(100_000, 256), &RunOptions::default()).unwrap();
+    assert!(!small.line.contains("read-back") && small.needed < 1 << 30, "{}", small.line);
+}
+
+#[test]
 fn block_krylov_takes_few_components_of_a_large_map() {
     let opts = RunOptions::default();
     let pca = |e: usize, dim: usize, method: &str| match plan(
