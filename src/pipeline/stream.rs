@@ -340,30 +340,7 @@ pub fn progress(total_rows: u64, what: &str, enabled: bool) -> ProgressBar {
 
 /// Mean features of the pre-pass sample: the accumulator shift.
 pub fn sample_mean(pipeline: &FeaturePipeline, sample: &[f32], threads: usize) -> Vec<f64> {
-    // A map linear in a cheaper quantity (Nyström) gives its mean without its features.
-    if let Some(mean) = pipeline.linear_mean(sample) {
-        return mean;
-    }
-    let (d, dim) = (pipeline.input_dim(), pipeline.output_dim());
-    let n = sample.len().checked_div(d).unwrap_or(0);
-    let mut sum = vec![0.0f64; dim];
-    let mut z = Vec::new();
-    // Blocks of at most 256 rows and 64 MiB of features: at large D a block's features
-    // are the largest allocation of the pre-pass, made before the plan (the sum runs row
-    // by row in order, so the mean is the same for any block).
-    let rows = ((64usize << 20) / (4 * dim.max(1))).clamp(1, 256);
-    for block in sample.chunks(rows * d.max(1)) {
-        let rows = block.len() / d.max(1);
-        z.resize(rows * dim, 0.0);
-        pipeline.map_chunk(block, rows, &mut z, threads);
-        for row in z.chunks_exact(dim) {
-            sum.iter_mut().zip(row).for_each(|(s, &v)| *s += f64::from(v));
-        }
-    }
-    if n > 0 {
-        sum.iter_mut().for_each(|s| *s /= n as f64);
-    }
-    sum
+    pipeline.mean_features(sample, threads)
 }
 
 /// Classes of a model, for callers that only need the count.

@@ -86,19 +86,32 @@ impl FeaturePipeline {
         self.stages.iter().map(Stage::output_dim).sum()
     }
 
-    /// The mean features of the rows of `x` where the one stage's map can give it
-    /// without mapping them ([`FeatureMap::linear_mean`]); `None` otherwise.
-    pub fn linear_mean(&self, x: &[f32]) -> Option<Vec<f64>> {
-        let [stage] = &self.stages[..] else {
-            return None;
-        };
-        let rows = x.len().checked_div(self.d)?;
-        let mut normed = x.to_vec();
-        stage.spec.normalize().apply(&mut normed, self.d);
-        let mut mean = stage.map.linear_mean(&normed, rows)?;
-        let w = stage.spec.weight();
-        mean.iter_mut().for_each(|v| *v *= w);
-        Some(mean)
+    /// The mean features of the rows of `x` (the accumulator shift), stage by stage: by
+    /// the map's linear mean where it has one (Nyström: `L⁻¹` times the mean kernel row,
+    /// `2Md` flops a row instead of the features' `M²`), else over its features in blocks
+    /// of at most 256 rows and 64 MiB, each block's rows over `threads`. The sums run row
+    /// by row in order, so the mean is the same for any block size or thread count.
+    pub fn mean_features(&self, x: &[f32], threads: usize) -> Vec<f64> {
+        let d = self.d.max(1);
+        let n = x.len() / d;
+        let mut out = Vec::with_capacity(self.output_dim());
+        let mut normed: Vec<f32> = Vec::new();
+        for stage in &self.stages {
+            let input: &[f32] = if stage.spec.normalize() == Normalize::None {
+                &x[..n * d]
+            } else {
+                normed.clear();
+                normed.extend_from_slice(&x[..n * d]);
+                stage.spec.normalize().apply(&mut normed, d);
+                &normed
+            };
+            let mut mean =
+                stage.map.linear_mean(input, n).unwrap_or_else(|| feature_mean(&*stage.map, input, n, threads));
+            let w = stage.spec.weight();
+            mean.iter_mut().for_each(|v| *v *= w);
+            out.extend(mean);
+        }
+        out
     }
 
     /// The fewest rows a mapping call should take (the largest any stage asks).
@@ -166,4 +179,29 @@ impl FeaturePipeline {
             col += ds;
         }
     }
+}
+
+/// The mean of one map's features over the `n` rows of `x`: see
+/// [`FeaturePipeline::mean_features`].
+fn feature_mean(map: &dyn Sketch, x: &[f32], n: usize, threads: usize) -> Vec<f64> {
+    let (d, ds) = (map.input_dim().max(1), map.output_dim());
+    let mut sum = vec![0.0f64; ds];
+    let block = ((64usize << 20) / (4 * ds.max(1))).clamp(1, 256);
+    let mut z = vec![0f32; block * ds];
+    for xb in x[..n * d].chunks(block * d) {
+        let rows = xb.len() / d;
+        let zb = &mut z[..rows * ds];
+        let per = rows.div_ceil(threads.clamp(1, rows.max(1)));
+        std::thread::scope(|scope| {
+            for (xs, zs) in xb.chunks(per * d).zip(zb.chunks_mut(per * ds)) {
+                scope.spawn(move || map.map(xs, xs.len() / d, zs));
+            }
+        });
+        for row in zb.chunks_exact(ds.max(1)) {
+            sum.iter_mut().zip(row).for_each(|(s, &v)| *s += f64::from(v));
+        }
+    }
+    let scale = 1.0 / n.max(1) as f64;
+    sum.iter_mut().for_each(|s| *s *= scale);
+    sum
 }

@@ -5,7 +5,7 @@
 //! refused by name.
 
 use sketchfit::rng::StageRng;
-use sketchfit::sketch::{FeaturePipeline, Kernel, NystromKernel, NystromSpec, StageSpec};
+use sketchfit::sketch::{FeaturePipeline, Kernel, NystromKernel, NystromSpec, StageSpec, TensorSketchSpec};
 
 use crate::common::{sketchfit, stderr, TempDir};
 
@@ -113,20 +113,24 @@ fn the_error_off_the_landmarks_falls_as_landmarks_are_added() {
 #[test]
 fn the_mean_by_the_kernel_rows_is_the_mean_of_the_features() {
     // The accumulator shift takes L⁻¹ times the mean kernel row instead of mapping the
-    // sample: the same vector up to f32 rounding of the features (and with weight 2, the
-    // weighted one).
+    // sample: the same vector up to f32 rounding of the features (with weight 2, the
+    // weighted one; beside a tensor sketch, whose part is the mean of its features, on
+    // any thread count).
     let d = 7;
     let x = rows(8, 900, d);
     for weight in [1.0, 2.0] {
         let s: StageSpec = NystromSpec { degree: 3, offset: 1.0, dim: 150, weight, ..NystromSpec::default() }.into();
-        let (p, _) = fitted(&s, &x[..600 * d], d);
+        let ts: StageSpec = TensorSketchSpec { degree: 2, dim: 64, weight: 0.5, ..TensorSketchSpec::default() }.into();
+        let fitted: Vec<StageSpec> = [s, ts].iter().map(|s| s.fit(&x[..600 * d], d, 3, 0).unwrap()).collect();
+        let p = FeaturePipeline::build(&fitted, d, 3).unwrap();
         let z = features(&p, &x, 1);
         let m = p.output_dim();
         let mut mean = vec![0.0f64; m];
         for row in z.chunks_exact(m) {
             mean.iter_mut().zip(row).for_each(|(a, &v)| *a += f64::from(v) / 900.0);
         }
-        let fast = p.linear_mean(&x).expect("a Nyström stage has a linear mean");
+        let fast = p.mean_features(&x, 1);
+        assert_eq!(fast, p.mean_features(&x, 3), "weight {weight}: the thread count changed the mean");
         let scale = mean.iter().map(|v| v.abs()).fold(0.0, f64::max);
         let worst = mean.iter().zip(&fast).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
         assert!(worst < 1e-4 * scale, "weight {weight}: {worst} against {scale}");
