@@ -201,7 +201,6 @@ fn feature_mean(map: &dyn Sketch, x: &[f32], n: usize, threads: usize) -> Vec<f6
             sum.iter_mut().zip(row).for_each(|(s, &v)| *s += f64::from(v));
         }
     }
-    let scale = 1.0 / n.max(1) as f64;
-    sum.iter_mut().for_each(|s| *s *= scale);
+    sum.iter_mut().for_each(|s| *s /= n.max(1) as f64);
     sum
 }
