@@ -482,6 +482,12 @@ impl Planner<'_> {
         // A refit keeps the validation rows' statistics beside the solve's matrices.
         let refit = matches!(checked.selection, Selection::HeldOut { refit: true, .. });
         let mut held_out = if refit { GramStats::bytes_for(solve_dim, c) } else { 0 };
+        // Scoring the held-out rows streams them during the solve, beside its matrices:
+        // a chunk's features in f32, in f64 and centred (20 bytes a value; 671 MB at any
+        // large D, where the chunk cap keeps chunk × D fixed).
+        if matches!(checked.selection, Selection::HeldOut { .. }) {
+            held_out += (20 * chunk * dim) as u64;
+        }
         // k-fold's solve: the total and one fold's complement beside the reduction, and
         // every fold's 41 weight sets.
         if let Some(k) = kfold {
@@ -498,6 +504,11 @@ impl Planner<'_> {
             (false, true) => ", training and validation",
             (false, false) => "",
         };
+        let scoring = if matches!(checked.selection, Selection::HeldOut { .. }) {
+            ", with the held-out rows' scoring buffers"
+        } else {
+            ""
+        };
         let mut maps = if f.map_bytes > 0 { format!(", maps {}", mib(f.map_bytes)) } else { String::new() };
         if f.fetch_bytes > 0 && !self.opts.from_parts {
             maps += &format!(
@@ -506,7 +517,7 @@ impl Planner<'_> {
             );
         }
         let line = format!(
-            "memory: statistics {} (D = {dim}, {} pass(es){what}), chunk buffers {}{maps}, solve {} ({} path{}); {} rows × d = {d} in {} file(s)",
+            "memory: statistics {} (D = {dim}, {} pass(es){what}{scoring}), chunk buffers {}{maps}, solve {} ({} path{}); {} rows × d = {d} in {} file(s)",
             mib(stats + held_out),
             checked.passes(),
             mib(buffers),
