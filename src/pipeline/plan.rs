@@ -531,15 +531,7 @@ impl Planner<'_> {
             f.labeled_rows + f.unlabeled_rows,
             f.files,
         );
-        self.with_model_write(MemoryPlan {
-            statistics: stats + held_out,
-            buffers,
-            solve,
-            needed,
-            limit: self.limit,
-            line,
-            hint: String::new(),
-        })
+        self.with_model_write(MemoryPlan::new(stats + held_out, buffers, solve, needed, self.limit, line))
     }
 
     /// The model's write after the statistics are freed: its arrays encoded, decoded
@@ -577,15 +569,7 @@ impl Planner<'_> {
             f.files,
         );
         let needed = rows + solve + buffers + f.map_bytes + f.fetch_bytes;
-        self.with_model_write(MemoryPlan {
-            statistics: rows,
-            buffers,
-            solve,
-            needed,
-            limit: self.limit,
-            line,
-            hint: String::new(),
-        })
+        self.with_model_write(MemoryPlan::new(rows, buffers, solve, needed, self.limit, line))
     }
 }
 

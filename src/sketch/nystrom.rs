@@ -291,8 +291,8 @@ impl Nystrom {
         let rows = |r: std::ops::Range<usize>| MatRef::from_row_major_slice(&lm[r.start * d..r.end * d], r.len(), d);
         // One tile of K_MM per call (a product of two blocks of landmarks, then the
         // kernel's function), so the matrix is the same for any thread count.
-        let kmm = |data: &mut [f64]| {
-            parallel(split_tiles(data, m), threads, |(i, j, t): (usize, usize, &mut [f64])| {
+        let kmm = |a: &mut TriGram| {
+            parallel(a.tiles_mut(), threads, |(i, j, t): (usize, usize, &mut [f64])| {
                 let (ri, rj) = (tile_range(m, i), tile_range(m, j));
                 let hj = rj.len();
                 let c = MatMut::from_row_major_slice_mut(t, ri.len(), hj);
@@ -304,22 +304,14 @@ impl Nystrom {
                 }
             });
         };
-        let add_diagonal = |data: &mut [f64], eps: f64| {
-            for (i, j, t) in split_tiles(data, m) {
-                if i == j {
-                    let h = tile_range(m, i).len();
-                    (0..h).for_each(|r| t[r * h + r] += eps);
-                }
-            }
-        };
-        let mut a = vec![0f64; TriGram::len_for(m)];
+        let mut a = TriGram::zeros(m);
         kmm(&mut a);
         let diagonal: f64 = (0..m).map(|r| kernel.of_dot(norms[r], norms[r], norms[r])).sum();
         let mean = diagonal / m.max(1) as f64;
         let mut eps = jitter * mean.abs().max(f64::MIN_POSITIVE);
         loop {
-            add_diagonal(&mut a, eps);
-            let tiles = split_tiles(&mut a, m).into_iter().map(|(_, _, t)| t).collect();
+            a.add_diagonal(eps);
+            let tiles = a.tiles_mut().into_iter().map(|(_, _, t)| t).collect();
             if factor_tiles(tiles, m, 0.5 * eps, threads).is_ok() || eps >= mean {
                 break;
             }
@@ -331,7 +323,7 @@ impl Nystrom {
         drop(lm);
         // The f32 copy made while the f64 tiles live: the build's peak is 12 bytes per
         // stored value (about 6M² bytes: 10 GB at M = 40,960).
-        let factor: Vec<f32> = a.iter().map(|&v| v as f32).collect();
+        let factor: Vec<f32> = a.raw().iter().map(|&v| v as f32).collect();
         drop(a);
         Nystrom { kernel, d, m, landmarks, norms, factor, epsilon: eps, seconds: t0.elapsed().as_secs_f64() }
     }

@@ -27,6 +27,18 @@ pub struct MemoryPlan {
 }
 
 impl MemoryPlan {
+    /// A plan of these parts and its line, with no hint yet.
+    pub(crate) fn new(
+        statistics: u64,
+        buffers: u64,
+        solve: u64,
+        needed: u64,
+        limit: Option<u64>,
+        line: String,
+    ) -> Self {
+        MemoryPlan { statistics, buffers, solve, needed, limit, line, hint: String::new() }
+    }
+
     /// Refuses a plan that needs more than the limit.
     pub fn check(&self) -> Result<()> {
         match self.limit {
