@@ -21,7 +21,8 @@
 use faer::reborrow::ReborrowMut;
 use faer::{Mat, MatMut, MatRef, Par};
 
-use super::panels::{apply_block, dot, householder, panel_basis, reflect, to_band, PANELS_PER_UPDATE, SYM_THREADS};
+use super::panels::{apply_block, dot, householder, panel_basis, reflect, to_band, PANELS_PER_UPDATE};
+use super::symmetric;
 
 /// `A = Q T Qᵀ`: `T`'s diagonals and the reflectors of `Q`.
 #[derive(Debug)]
@@ -48,11 +49,11 @@ pub(crate) fn default_band(dim: usize) -> usize {
 }
 
 /// Bytes [`TwoStage::reduce`] allocates beside the dense matrix it is given: the band,
-/// the stage-one panel's matrices, a group's deferred `[V Y]` and `[Y V]`, and one
-/// `A V` per thread of the symmetric product (at most [`SYM_THREADS`]).
+/// the stage-one panel's matrices, a group's deferred `[V Y]` and `[Y V]`, and the
+/// symmetric product's partial sums of `A V`.
 pub(crate) fn work_bytes(dim: usize, band: usize) -> u64 {
     let deferred = 2 * dim * 2 * band * PANELS_PER_UPDATE;
-    8 * (dim * (2 * band + 1) + 4 * dim * band + deferred + (SYM_THREADS + 3) * dim * band) as u64
+    8 * (dim * (2 * band + 1) + 4 * dim * band + deferred + 3 * dim * band) as u64 + symmetric::work_bytes(dim, band)
 }
 
 impl TwoStage {

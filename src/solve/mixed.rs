@@ -8,11 +8,11 @@
 //! f32 factor is dropped, and the f64 factorisation takes over (of a copy, or of the
 //! statistics' own Gram where the plan factors in place).
 
-use faer::linalg::matmul::matmul;
-use faer::{Accum, Mat, MatMut, MatRef, Par};
+use faer::Mat;
 use serde::{Deserialize, Serialize};
 
 use super::cholesky::{centred_rhs, folded, ridge_fixed};
+use super::symmetric::symmetric_times;
 use crate::error::Result;
 use crate::stats::{factor_tiles, parallel, solve_tiles, split_tiles, tile_len, GramStats, TriGram, TILE};
 
@@ -122,8 +122,8 @@ fn refine(stats: &GramStats, b: &Mat<f64>, lambda: f64, threads: usize) -> Resul
 /// `B − A W` with `A W = G W − s (sᵀW)/n + λW`, in f64.
 fn residual(stats: &GramStats, b: &Mat<f64>, w: &Mat<f64>, lambda: f64, threads: usize) -> Mat<f64> {
     let (dim, c) = (stats.dim(), w.ncols());
-    let mut r = b.clone();
-    symmetric_product(&stats.gram, w.as_ref(), r.as_mut(), threads);
+    // The sums of the product do not depend on the thread count (`symmetric`).
+    let mut r = b - symmetric_times(&stats.gram, w.as_ref(), threads);
     let inv = if stats.n > 0 { 1.0 / stats.n as f64 } else { 0.0 };
     let stw: Vec<f64> = (0..c).map(|k| (0..dim).map(|i| stats.s[i] * w[(i, k)]).sum::<f64>() * inv).collect();
     for k in 0..c {
@@ -132,52 +132,6 @@ fn residual(stats: &GramStats, b: &Mat<f64>, w: &Mat<f64>, lambda: f64, threads:
         }
     }
     r
-}
-
-/// `R −= A W` for the symmetric `A` stored as its lower tiles, the rows of `R` split by
-/// tile row over threads (each output tile row summed in one fixed order, so the result
-/// does not depend on the thread count).
-fn symmetric_product(a: &TriGram, w: MatRef<'_, f64>, r: MatMut<'_, f64>, threads: usize) {
-    let dim = a.dim();
-    let nt = dim.div_ceil(TILE);
-    let tiles: Vec<&[f64]> = a.tiles().into_iter().map(|(_, _, t)| t).collect();
-    let pos = |i: usize, j: usize| i * (i + 1) / 2 + j;
-    let tile = |i: usize, j: usize| MatRef::from_row_major_slice(tiles[pos(i, j)], tile_len(dim, i), tile_len(dim, j));
-    let c = w.ncols();
-    // One output block row per item: (I, its rows of R as an owned block).
-    let mut rows: Vec<(usize, Mat<f64>)> =
-        (0..nt).map(|i| (i, Mat::<f64>::from_fn(tile_len(dim, i), c, |x, k| r[(i * TILE + x, k)]))).collect();
-    parallel(rows.iter_mut().collect(), threads, |(i, out): &mut (usize, Mat<f64>)| {
-        let i = *i;
-        for j in 0..nt {
-            let wj = w.subrows(j * TILE, tile_len(dim, j));
-            if j <= i {
-                matmul(out.as_mut(), Accum::Add, tile(i, j), wj, -1.0, Par::Seq);
-            } else {
-                matmul(out.as_mut(), Accum::Add, tile(j, i).transpose(), wj, -1.0, Par::Seq);
-            }
-        }
-        // Diagonal tiles store their strict upper part unused (possibly stale): the
-        // product above read it, so take it back out and put in the lower part's mirror.
-        let d = tile(i, i);
-        let wi = w.subrows(i * TILE, tile_len(dim, i));
-        for x in 0..d.nrows() {
-            for y in x + 1..d.ncols() {
-                let (upper, mirror) = (d[(x, y)], d[(y, x)]);
-                for k in 0..c {
-                    out[(x, k)] += (upper - mirror) * wi[(y, k)];
-                }
-            }
-        }
-    });
-    let mut r = r;
-    for (i, out) in rows {
-        for x in 0..out.nrows() {
-            for k in 0..c {
-                r[(i * TILE + x, k)] = out[(x, k)];
-            }
-        }
-    }
 }
 
 #[cfg(test)]
@@ -220,21 +174,5 @@ mod tests {
         assert_eq!(kept.gram, st.gram, "not in place: the statistics are kept");
         let (want_w, want_b) = ridge_fixed(&st, st.gram.clone(), lambda, 2).unwrap();
         assert_eq!((w, b), (want_w, want_b), "the fallback is the f64 factorisation itself");
-    }
-
-    #[test]
-    fn the_symmetric_product_of_the_tiles_is_the_dense_product() {
-        let (dim, c) = (TILE + 17, 2);
-        let st = stats(300, dim, c, 3);
-        let full = st.gram.to_full();
-        let w = Mat::<f64>::from_fn(dim, c, |i, k| ((i * 7 + k) % 11) as f64 - 5.0);
-        let mut r = Mat::<f64>::zeros(dim, c);
-        symmetric_product(&st.gram, w.as_ref(), r.as_mut(), 2);
-        for i in 0..dim {
-            for k in 0..c {
-                let want: f64 = -(0..dim).map(|j| full[i * dim + j] * w[(j, k)]).sum::<f64>();
-                assert!((r[(i, k)] - want).abs() <= 1e-9 * want.abs().max(1.0), "({i}, {k})");
-            }
-        }
     }
 }

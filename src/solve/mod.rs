@@ -1,5 +1,5 @@
 //! Solvers on statistics alone (math.md §13): they read no data and know no pipeline
-//! type. Layered one way: `panels` → `band` → `tridiag`; `krylov` → `eigen` → `rotated` →
+//! type. Layered one way: `symmetric` → `panels` → `band` → `tridiag`; `symmetric` → `krylov` → `eigen` → `rotated` →
 //! `tridiag` / `cholesky` → `mixed` → `dual` → `ridge`; `cd` (coordinate descent for the LASSO
 //! family) stands alone.
 //!
@@ -7,6 +7,7 @@
 //! |---|---|
 //! | `cholesky` | the tiled Cholesky of `C + λI`, in place, and its triangular solves (f32 or f64) |
 //! | `mixed` | ridge at a fixed λ by an f32 factor refined against the f64 statistics |
+//! | `symmetric` | `A V` over a stored lower triangle in one pass (the reduction's and block Krylov's products) |
 //! | `panels` | stage one of the reduction: dense → band by Householder panels, deferred updates |
 //! | `band` | the two-stage reduction to band and on to tridiagonal form (stage two: the chase) |
 //! | `tridiag` | ridge at every λ of the grid from the tridiagonal form (GCV, validation) |
@@ -27,6 +28,7 @@ pub mod mixed;
 mod panels;
 pub mod ridge;
 pub mod rotated;
+mod symmetric;
 pub mod tridiag;
 
 pub use eigen::{eigh_desc, Components, Pca};

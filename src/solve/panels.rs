@@ -1,7 +1,7 @@
 //! Stage one of the band reduction (`band.rs`): a symmetric matrix's lower triangle to a
 //! band of half-width `b` by blocked Householder QR of `b`-column panels, with the
 //! reflector primitives both stages share. Each panel needs `A V` over the trailing
-//! triangle (one pass by tiles, [`symmetric_times`]) and leaves a symmetric rank-`2b`
+//! triangle (one pass by blocks, `symmetric::symmetric_times`) and leaves a symmetric rank-`2b`
 //! update, which is deferred over [`PANELS_PER_UPDATE`] panels and applied as one
 //! product by column strips ([`lower_update`]): both near the GEMM's rate, where a
 //! rank-`2b` product per panel and two triangular products ran at half of it.
@@ -10,6 +10,8 @@ use faer::linalg::matmul::matmul;
 use faer::linalg::matmul::triangular::{self, BlockStructure};
 use faer::reborrow::ReborrowMut;
 use faer::{Accum, Mat, MatMut, MatRef, Par};
+
+use super::symmetric::symmetric_times;
 
 /// `x ← (I − τ v vᵀ) x`.
 pub(super) fn reflect(v: &[f64], tau: f64, x: &mut [f64]) {
@@ -130,7 +132,7 @@ pub(super) fn to_band(mut a: MatMut<'_, f64>, b: usize, mut rhs: MatMut<'_, f64>
             let v = panel_basis(a.as_ref().submatrix(k0 + b, k0, m, r));
             let t = block_factor(v.as_ref(), &taus[..r]);
             // A V with the pending updates: the matrix in memory is the group's start.
-            let mut av = symmetric_times(a.as_ref().submatrix(k0 + b, k0 + b, m, m), v.as_ref(), threads);
+            let mut av = symmetric_times(&a.as_ref().submatrix(k0 + b, k0 + b, m, m), v.as_ref(), threads);
             if p > 0 {
                 let off = k0 + b - base;
                 for c in [0, g] {
@@ -206,75 +208,6 @@ fn lower_update(c: MatMut<'_, f64>, left: MatRef<'_, f64>, right: MatRef<'_, f64
     });
 }
 
-/// Tile width of [`symmetric_times`] (measured at D = 8192: 128 ahead of 64, 192, 256).
-const SYM_TILE: usize = 128;
-
-/// The most threads [`symmetric_times`] runs (each sums into its own `m × r`).
-pub(super) const SYM_THREADS: usize = 8;
-
-/// Rows of the blocks below the diagonal in [`symmetric_times`]: a `SYM_ROWS × SYM_TILE`
-/// f64 block (512 KiB) stays in a core's L2 for both of its products.
-const SYM_ROWS: usize = 512;
-
-/// `A V` for the symmetric `A` whose lower triangle `a` holds, tile by tile: each tile
-/// below the diagonal is read once for both `A_IJ V_J` and `A_IJᵀ V_I`, so the triangle
-/// streams through memory once (two triangular products read it twice and split into
-/// many small parallel calls). Tile columns go to the threads by their number of tiles;
-/// each thread sums into its own `m × r`, added up at the end.
-fn symmetric_times(a: MatRef<'_, f64>, v: MatRef<'_, f64>, threads: usize) -> Mat<f64> {
-    let (m, r) = (a.nrows(), v.ncols());
-    let nt = m.div_ceil(SYM_TILE);
-    let threads = threads.clamp(1, nt.max(1)).min(SYM_THREADS);
-    let range = |t: usize| t * SYM_TILE..((t + 1) * SYM_TILE).min(m);
-    let mut load = vec![0usize; threads];
-    let mut cols: Vec<Vec<usize>> = vec![Vec::new(); threads];
-    for j in 0..nt {
-        let g = (0..threads).min_by_key(|&g| load[g]).unwrap_or(0);
-        load[g] += nt - j;
-        cols[g].push(j);
-    }
-    let mut outs: Vec<Mat<f64>> = (0..threads).map(|_| Mat::zeros(m, r)).collect();
-    let items: Vec<(&mut Mat<f64>, Vec<usize>)> = outs.iter_mut().zip(cols).collect();
-    crate::stats::parallel(items, threads, |(out, cols)| {
-        for j in cols {
-            let rj = range(j);
-            let (j0, hj) = (rj.start, rj.len());
-            let d = a.submatrix(j0, j0, hj, hj);
-            let vj = v.subrows(j0, hj);
-            let mut oj = out.as_mut().subrows_mut(j0, hj);
-            for (block, structure) in
-                [(d, BlockStructure::TriangularLower), (d.transpose(), BlockStructure::StrictTriangularUpper)]
-            {
-                triangular::matmul(
-                    oj.rb_mut(),
-                    BlockStructure::Rectangular,
-                    Accum::Add,
-                    block,
-                    structure,
-                    vj,
-                    BlockStructure::Rectangular,
-                    1.0,
-                    Par::Seq,
-                );
-            }
-            let mut i0 = j0 + hj;
-            while i0 < m {
-                let hi = SYM_ROWS.min(m - i0);
-                let tile = a.submatrix(i0, j0, hi, hj);
-                matmul(out.as_mut().subrows_mut(i0, hi), Accum::Add, tile, vj, 1.0, Par::Seq);
-                let vi = v.subrows(i0, hi);
-                matmul(out.as_mut().subrows_mut(j0, hj), Accum::Add, tile.transpose(), vi, 1.0, Par::Seq);
-                i0 += hi;
-            }
-        }
-    });
-    let mut sum = outs.pop().unwrap_or_else(|| Mat::zeros(m, r));
-    for o in &outs {
-        sum += o;
-    }
-    sum
-}
-
 /// Householder QR of a column-major `m × w` panel in place (LAPACK's `geqr2`): `R` on
 /// and above the diagonal, each reflector's essentials below it; returns the τ's.
 fn panel_qr(p: &mut [f64], m: usize, w: usize) -> Vec<f64> {
@@ -327,25 +260,6 @@ pub(crate) mod tests {
 
     pub(crate) fn full(lower: &Mat<f64>) -> Mat<f64> {
         Mat::from_fn(lower.nrows(), lower.ncols(), |i, j| if i >= j { lower[(i, j)] } else { lower[(j, i)] })
-    }
-
-    #[test]
-    fn the_symmetric_product_reads_the_lower_triangle_on_any_threads() {
-        // Past one block of rows below the diagonal (SYM_ROWS) and a partial last tile.
-        let m = SYM_ROWS + 2 * SYM_TILE + 37;
-        let a = matrix(m, 11);
-        let mut stale = a.clone();
-        for j in 1..m {
-            for i in 0..j {
-                stale[(i, j)] = f64::NAN; // the strict upper part must never be read
-            }
-        }
-        let v = Mat::<f64>::from_fn(m, 5, |i, k| ((i * 5 + k) % 13) as f64 - 6.0);
-        let want = full(&a) * &v;
-        for threads in [1, 3] {
-            let got = symmetric_times(stale.as_ref(), v.as_ref(), threads);
-            assert!((&got - &want).norm_max() < 1e-12 * want.norm_max(), "threads = {threads}");
-        }
     }
 
     #[test]
