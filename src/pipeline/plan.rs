@@ -479,6 +479,19 @@ impl Planner<'_> {
         // The chunk buffers are gone by the solve: the copy has to fit beside the statistics.
         let in_place = plan.factors_in_place();
         let solve = if in_place { path.in_place_bytes(solve_dim, c) } else { path.bytes(solve_dim, c) };
+        // Where a PCA runs, its own memory: block Krylov keeps a basis, not the dense path's
+        // 3·D²; two passes decompose each stage's statistics before pass two's solve.
+        let (solve, path_name) = match plan {
+            Plan::Primal(Primal { pca: Some(p), .. }) | Plan::Sparse(Sparse { pca: Some(p), .. }) => (
+                p.bytes(dim, c),
+                p.krylov.map_or(format!("{} path", path.name()), |e| format!("block Krylov PCA of {e} components")),
+            ),
+            Plan::TwoPass(t) => (
+                t.stages.iter().zip(&f.stage_dims).map(|(p, &w)| p.bytes(w, c)).fold(solve, u64::max),
+                format!("{} path, or a stage's PCA before it", path.name()),
+            ),
+            _ => (solve, format!("{} path", path.name())),
+        };
         // A refit keeps the validation rows' statistics beside the solve's matrices.
         let refit = matches!(checked.selection, Selection::HeldOut { refit: true, .. });
         let mut held_out = if refit { GramStats::bytes_for(solve_dim, c) } else { 0 };
@@ -517,12 +530,12 @@ impl Planner<'_> {
             );
         }
         let line = format!(
-            "memory: statistics {} (D = {dim}, {} pass(es){what}{scoring}), chunk buffers {}{maps}, solve {} ({} path{}); {} rows × d = {d} in {} file(s)",
+            "memory: statistics {} (D = {dim}, {} pass(es){what}{scoring}), chunk buffers {}{maps}, solve {} ({}{}); {} rows × d = {d} in {} file(s)",
             mib(stats + held_out),
             checked.passes(),
             mib(buffers),
             mib(solve),
-            path.name(),
+            path_name,
             match (in_place, path) {
                 (true, SolvePath::CholeskyF32) => ", in place: the f32 factor beside the statistics, which are checkpointed first and factored themselves by an f64 fallback",
                 (true, _) => ", in place on the statistics, which are checkpointed first",

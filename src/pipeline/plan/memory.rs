@@ -89,3 +89,18 @@ pub(crate) fn chunk_rows_for(chunk_rows: usize, dim: usize, keeps_rows: bool) ->
         rows
     }
 }
+
+impl super::PcaPlan {
+    /// Bytes this PCA allocates beside the statistics of its `dim` features (`c` outputs):
+    /// block Krylov's basis and Rayleigh–Ritz matrices, then the kept components and the
+    /// problem in their basis; the dense decomposition's three `D × D` matrices.
+    pub(crate) fn bytes(&self, dim: usize, c: usize) -> u64 {
+        match self.krylov {
+            Some(e) => {
+                let e = e.min(dim);
+                crate::solve::krylov::bytes_for(dim, e) + 8 * (2 * dim * e + 3 * e * e + 2 * e * c.max(1)) as u64
+            }
+            None => crate::solve::SolvePath::Eigen.bytes(dim, c),
+        }
+    }
+}

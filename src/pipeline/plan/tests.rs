@@ -337,3 +337,32 @@ fn block_krylov_takes_few_components_of_a_large_map() {
     assert_eq!(pca(64, 1024, "subspace"), Some(64));
     assert_eq!(pca(64, 4096, "dense"), None);
 }
+
+#[test]
+fn a_pca_counts_its_own_memory_block_krylov_a_basis_and_two_passes_each_stages_decomposition() {
+    let opts = RunOptions::default();
+    let dim = 16384;
+    let dense_bytes = (3 * 8 * dim * dim) as u64;
+    // 1024 of 16,384 components by block Krylov: a basis of about 3E columns, where the
+    // dense decomposition's three D × D matrices would be 6 GiB. (Until this was counted,
+    // `auto`'s Krylov run was refused by the dense path's memory.)
+    let krylov = spec("[pca]\ncomponents = 1024\n[run]\nmemory_limit_mib = 4000\n").unwrap();
+    let (plan, memory) = Plan::decide(&krylov, &facts(100_000, dim), &opts).unwrap();
+    assert!(matches!(&plan, Plan::Primal(p) if p.pca.and_then(|p| p.krylov) == Some(1024)), "{plan:?}");
+    assert!(memory.line.contains("MiB (block Krylov PCA of 1024 components)"), "{}", memory.line);
+    let basis = (2 * 8 * dim * 3 * 1024) as u64;
+    assert!(memory.solve > basis && memory.solve < dense_bytes / 3, "{}", memory.solve);
+    memory.check().unwrap();
+    let dense = spec("[pca]\ncomponents = 1024\nmethod = \"dense\"\n[run]\nmemory_limit_mib = 4000\n").unwrap();
+    let (_, memory) = Plan::decide(&dense, &facts(100_000, dim), &opts).unwrap();
+    assert_eq!(memory.solve, dense_bytes);
+    assert!(matches!(memory.check(), Err(Error::Memory { .. })));
+    // Two passes decompose stage one's 4096 × 4096 covariance (densely, as asked) before
+    // pass two's solve of 4 components: that decomposition is the solve's peak.
+    let text = format!("passes = 2\n{BASE}{DATA}[pca]\ncomponents = 4\nmethod = \"dense\"\n");
+    let two = PipelineSpec::from_toml_str(&text, "rules.toml").and_then(|s| s.check()).unwrap();
+    let (plan, memory) = Plan::decide(&two, &facts(100_000, 4096), &opts).unwrap();
+    assert!(matches!(plan, Plan::TwoPass(_)), "{plan:?}");
+    assert!(memory.solve >= (3 * 8 * 4096 * 4096) as u64, "{}", memory.line);
+    assert!(memory.line.contains("or a stage's PCA before it"), "{}", memory.line);
+}
