@@ -76,10 +76,10 @@ impl SolvePath {
     }
 }
 
-/// The refinement's `D × c` matrices: `B`, `W`, the residual and its f32 copy, and the
-/// per-tile-row blocks of the product.
+/// The refinement's `D × c` matrices: `B`, `W`, the residual and its f32 copy, the
+/// product `A W` and its partial sums.
 fn mixed_vectors(dim: usize, c: usize) -> u64 {
-    (6 * 8 * dim * c) as u64
+    (5 * 8 * dim * c) as u64 + super::symmetric::work_bytes(dim, c)
 }
 
 /// A ridge problem ready to give weights for any λ, by whichever path built it.

@@ -8,6 +8,7 @@ use crate::codes::OutputCode;
 use crate::error::{Error, Result};
 use crate::metrics::{Metric, SetScores};
 use crate::model::ValidationTable;
+use crate::pipeline::plan::chunk_rows_for;
 use crate::pipeline::projection::project;
 use crate::pipeline::solve_ctx::SolveCtx;
 use crate::pipeline::stream::check_nonnegative;
@@ -118,7 +119,10 @@ fn score_sets(
     let mut out = SetScores::new(n_sets, c);
     let mut z = Vec::new();
     let needs = map.needs_nonnegative();
-    crate::pipeline::stream::stream(&ds, &ds.units(), spec.run.chunk_rows, &mut |ch: Chunk| {
+    // The pass's chunk rows, which the memory line counts the scoring buffers by: a
+    // chunk of `run.chunk_rows` held 3.5× that at D = 28,672 (1.4 GiB above the line).
+    let chunk = chunk_rows_for(spec.run.chunk_rows, dim, false);
+    crate::pipeline::stream::stream(&ds, &ds.units(), chunk, &mut |ch: Chunk| {
         check_nonnegative(needs, &ch, &ds.features)?;
         z.resize(ch.rows * dim, 0.0);
         map.map_chunk(&ch.x, ch.rows, &mut z, threads);

@@ -10,7 +10,7 @@ use super::{choose, chunk_truth, Choice, Fits, Select};
 use crate::error::{Error, Location, Result};
 use crate::metrics::{Metric, SetScores};
 use crate::model::ValidationTable;
-use crate::pipeline::plan::RidgeSolve;
+use crate::pipeline::plan::{chunk_rows_for, RidgeSolve};
 use crate::pipeline::ridge::direct;
 use crate::pipeline::solve_ctx::SolveCtx;
 use crate::pipeline::stream::{check_nonnegative, lambda_text};
@@ -126,8 +126,10 @@ fn score_folds(
     let mut seen = FoldCheck::new(folds, dim, c, spec.run.gram);
     let mut out = SetScores::new(n_sets, c);
     let mut z = Vec::new();
+    // The pass's chunk rows: the memory line counts its buffers, not `run.chunk_rows`'.
+    let chunk = chunk_rows_for(spec.run.chunk_rows, dim, false);
     for unit in data.units() {
-        data.read_unit(unit, spec.run.chunk_rows, &mut |ch: Chunk| {
+        data.read_unit(unit, chunk, &mut |ch: Chunk| {
             check_nonnegative(needs, &ch, &data.features)?;
             z.resize(ch.rows * dim, 0.0);
             map.map_chunk(&ch.x, ch.rows, &mut z, ctx.threads);
