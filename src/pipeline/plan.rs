@@ -434,6 +434,7 @@ impl Planner<'_> {
     fn hint(&self, plan: &Plan) -> String {
         match plan {
             Plan::Dual(_) => "lower the stages' dim or raise run.memory_limit_mib (the dual path holds the mapped rows and an n × n matrix)",
+            Plan::Primal(Primal { pca: Some(PcaPlan { krylov: Some(_), .. }), .. }) => "lower pca.components or the stages' dim, or raise run.memory_limit_mib: block Krylov keeps a basis of about 3E columns and its product, 6·D·E doubles",
             _ => match plan.path() {
                 SolvePath::Eigen => "lower the stages' dim (the Gram grows as D²), raise run.memory_limit_mib, or drop PCA: the dense eigendecomposition needs 3·D² doubles where a fixed λ (Cholesky) needs none beyond the statistics",
                 SolvePath::Tridiagonal => "lower the stages' dim, raise run.memory_limit_mib, or fix ridge.lambda: GCV needs one dense D × D matrix, a fixed λ solves in place",

@@ -16,6 +16,9 @@ use crate::stats::{tile_len, TriGram, TILE};
 /// 64, 192, 256 and 512).
 const COLS: usize = 128;
 
+// The Gram's tiles are split into column blocks, never across two tiles.
+const _: () = assert!(TILE % COLS == 0);
+
 /// Rows of a block below the diagonal at most: a `ROWS × COLS` f64 block (512 KiB)
 /// stays in a core's L2 for both of its products.
 const ROWS: usize = 512;

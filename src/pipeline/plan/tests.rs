@@ -353,6 +353,13 @@ fn a_pca_counts_its_own_memory_block_krylov_a_basis_and_two_passes_each_stages_d
     let basis = (2 * 8 * dim * 3 * 1024) as u64;
     assert!(memory.solve > basis && memory.solve < dense_bytes / 3, "{}", memory.solve);
     memory.check().unwrap();
+    // Refused where even the basis does not fit, naming what to lower.
+    let small = spec("[pca]\ncomponents = 1024\n[run]\nmemory_limit_mib = 2000\n").unwrap();
+    let (_, memory) = Plan::decide(&small, &facts(100_000, dim), &opts).unwrap();
+    match memory.check() {
+        Err(Error::Memory { hint, .. }) => assert!(hint.starts_with("lower pca.components"), "{hint}"),
+        other => panic!("{other:?}"),
+    }
     let dense = spec("[pca]\ncomponents = 1024\nmethod = \"dense\"\n[run]\nmemory_limit_mib = 4000\n").unwrap();
     let (_, memory) = Plan::decide(&dense, &facts(100_000, dim), &opts).unwrap();
     assert_eq!(memory.solve, dense_bytes);
