@@ -17,7 +17,7 @@ use crate::stats::{tile_len, TriGram, TILE};
 const COLS: usize = 128;
 
 // The Gram's tiles are split into column blocks, never across two tiles.
-const _: () = assert!(TILE % COLS == 0);
+const _: () = assert!(TILE.is_multiple_of(COLS));
 
 /// Rows of a block below the diagonal at most: a `ROWS × COLS` f64 block (512 KiB)
 /// stays in a core's L2 for both of its products.
