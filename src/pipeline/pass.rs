@@ -72,7 +72,7 @@ pub(crate) fn run_pass(
 ) -> Result<PassReport> {
     let prep = run.prep;
     let spec = run.checked.spec();
-    let env = PassEnv { threads: run.threads, gram: spec.run.gram, seed: spec.run.seed };
+    let env = PassEnv::new(run.threads, spec.run.gram, spec.run.seed);
     let map = &prep.map().pipeline;
     let dim = map.output_dim();
     let needs = map.needs_nonnegative();

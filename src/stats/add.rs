@@ -24,26 +24,52 @@ pub(super) const FALLBACK_ROWS: usize = 256;
 /// thread count.
 pub(super) const GROUP: usize = 64;
 
+/// The block buffers a pass reuses from chunk to chunk: the shifted, transposed copy of a
+/// block of rows (f64, or f32 for the f32 products) and the f32 path's widening buffers.
+/// Allocated afresh for every chunk they cost more than the work done in them: at
+/// D = 16,384 each chunk's 128 MiB block came back from the kernel as new pages (a
+/// fifth of a million page faults per 2,048 rows, measured by `perf` as 7 % of the pass's
+/// CPU in page clearing and TLB shootdowns).
+#[derive(Debug, Default)]
+pub struct Blocks {
+    f64s: Vec<f64>,
+    f32s: Vec<f32>,
+    wides: Vec<Vec<f64>>,
+    bigs: Vec<f32>,
+}
+
+/// `buf[..len]`, grown (never shrunk) to hold it.
+fn at_least<T: Copy + Default>(buf: &mut Vec<T>, len: usize) -> &mut [T] {
+    if buf.len() < len {
+        buf.resize(len, T::default());
+    }
+    &mut buf[..len]
+}
+
 impl GramStats {
     pub(super) fn add_rows<T: Copy + Into<f64> + Sync>(
         &mut self,
         z: &[T],
         y: &[f64],
         rows: usize,
-        threads: usize,
-        precision: Precision,
+        (threads, precision): (usize, Precision),
+        blocks: &mut Blocks,
     ) -> Result<()> {
         let (dim, c) = (self.dim(), self.c);
         assert!(z.len() >= rows * dim && y.len() >= rows * c);
         // Non-finite features, and squares of larger values, which overflow the f64 sums
-        // within a few rows, are the input's scale.
-        if let Some(pos) = z[..rows * dim].iter().position(|&v| !v.into().is_finite() || v.into().abs() > 1e100) {
+        // within a few rows, are the input's scale. The scan runs on the pass's one fold
+        // thread before the products: without an early exit it vectorises, and only a
+        // chunk that has such a value is searched for the first one.
+        let bad = |v: f64| v.is_nan() | (v.abs() > 1e100);
+        let any_bad = z[..rows * dim].chunks(4096).any(|part| part.iter().fold(false, |b, &v| b | bad(v.into())));
+        if let Some(pos) = any_bad.then(|| z[..rows * dim].iter().position(|&v| bad(v.into()))).flatten() {
             let value = z[pos].into();
             return Err(Error::BadFeature { row: pos / dim, feature: pos % dim, value, too_large: value.is_finite() });
         }
         match precision {
-            Precision::F64 => self.add_blocks_f64(z, y, rows, threads.max(1)),
-            Precision::F32 => self.add_blocks_f32(z, y, rows, threads.max(1)),
+            Precision::F64 => self.add_blocks_f64(z, y, rows, threads.max(1), blocks),
+            Precision::F32 => self.add_blocks_f32(z, y, rows, threads.max(1), blocks),
         }
         for yr in y.chunks_exact(c.max(1)).take(if c > 0 { rows } else { 0 }) {
             for (k, &yk) in yr.iter().enumerate() {
@@ -55,9 +81,16 @@ impl GramStats {
         Ok(())
     }
 
-    fn add_blocks_f64<T: Copy + Into<f64> + Sync>(&mut self, z: &[T], y: &[f64], rows: usize, threads: usize) {
+    fn add_blocks_f64<T: Copy + Into<f64> + Sync>(
+        &mut self,
+        z: &[T],
+        y: &[f64],
+        rows: usize,
+        threads: usize,
+        blocks: &mut Blocks,
+    ) {
         let (dim, c) = (self.dim(), self.c);
-        let mut zc = vec![0.0f64; ROW_BLOCK.min(rows) * dim];
+        let zc = at_least(&mut blocks.f64s, ROW_BLOCK.min(rows) * dim);
         let cols = dim.div_ceil(threads).max(1);
         for start in (0..rows).step_by(ROW_BLOCK) {
             let nb = ROW_BLOCK.min(rows - start);
@@ -91,16 +124,26 @@ impl GramStats {
     /// The f32 path: each block is shifted and rounded to f32 straight from the input
     /// (no f64 copy of the block); `s` and `T` sum the rounded values in f64, a group of
     /// features at a time, so they agree with the Gram the f32 products make.
-    fn add_blocks_f32<T: Copy + Into<f64> + Sync>(&mut self, z: &[T], y: &[f64], rows: usize, threads: usize) {
+    fn add_blocks_f32<T: Copy + Into<f64> + Sync>(
+        &mut self,
+        z: &[T],
+        y: &[f64],
+        rows: usize,
+        threads: usize,
+        blocks: &mut Blocks,
+    ) {
         let (dim, c) = (self.dim(), self.c);
-        let mut z32 = vec![0.0f32; ROW_BLOCK_F32.min(rows) * dim];
+        let z32 = at_least(&mut blocks.f32s, ROW_BLOCK_F32.min(rows) * dim);
         let cols = dim.div_ceil(threads).div_ceil(GROUP).max(1) * GROUP;
         // One widening buffer and one largest |value| per feature range, kept across
         // blocks: the largest value is taken as the range is widened, not by a scan of
         // the whole block afterwards.
         let ranges = dim.div_ceil(cols).max(1);
-        let mut wides: Vec<Vec<f64>> = vec![Vec::new(); ranges];
-        let mut bigs = vec![0.0f32; ranges];
+        if blocks.wides.len() < ranges {
+            blocks.wides.resize(ranges, Vec::new());
+        }
+        let wides = &mut blocks.wides[..ranges];
+        let bigs = at_least(&mut blocks.bigs, ranges);
         for start in (0..rows).step_by(ROW_BLOCK_F32) {
             let nb = ROW_BLOCK_F32.min(rows - start);
             let src = &z[start * dim..(start + nb) * dim];
@@ -109,27 +152,30 @@ impl GramStats {
             std::thread::scope(|scope| {
                 let t_parts: Vec<&mut [f64]> = if c > 0 { self.t.chunks_mut(cols * c).collect() } else { Vec::new() };
                 let mut t_parts = t_parts.into_iter();
-                let ranges = self.s.chunks_mut(cols).zip(z32[..nb * dim].chunks_mut(cols * nb)).zip(&mut wides);
-                for (k, (((sp, d32), wide), big)) in ranges.zip(&mut bigs).enumerate() {
+                let ranges = self.s.chunks_mut(cols).zip(z32[..nb * dim].chunks_mut(cols * nb)).zip(wides.iter_mut());
+                for (k, (((sp, d32), wide), big)) in ranges.zip(bigs.iter_mut()).enumerate() {
                     let mut tp = t_parts.next();
                     scope.spawn(move || {
                         let w = sp.len();
                         transpose_shifted(src, dim, k * cols, w, nb, shift, d32, |v| v as f32);
-                        wide.resize(GROUP.min(w) * nb, 0.0);
-                        let mut m = 0.0f32;
+                        let wide = at_least(wide, GROUP.min(w) * nb);
+                        // The largest |value| by its bits: the values are finite (checked
+                        // above), where the order of the bits is that of the magnitudes,
+                        // and an integer maximum vectorises where `f32::max` does not.
+                        let mut m = 0u32;
                         for g0 in (0..w).step_by(GROUP) {
                             let gw = GROUP.min(w - g0);
                             let wide = &mut wide[..gw * nb];
                             for (a, &b) in wide.iter_mut().zip(&d32[g0 * nb..(g0 + gw) * nb]) {
                                 *a = f64::from(b);
-                                m = m.max(b.abs());
+                                m = m.max(b.to_bits() & 0x7fff_ffff);
                             }
                             sum_features(wide, nb, &mut sp[g0..g0 + gw]);
                             if let Some(tp) = tp.as_mut() {
                                 add_t(wide, nb, yb, c, &mut tp[g0 * c..(g0 + gw) * c]);
                             }
                         }
-                        *big = m;
+                        *big = f32::from_bits(m);
                     });
                 }
             });
@@ -179,10 +225,21 @@ fn transpose_shifted<T: Copy + Into<f64>, O>(
     }
 }
 
-/// `s[j] += Σ_r cols[j·nb + r]`, each in row order.
+/// `s[j] += Σ_r cols[j·nb + r]`, each feature's block summed in eight interleaved
+/// partial sums added in a fixed order: one running sum is a dependent add per value,
+/// which left this loop waiting on the adder (as the chase's dot products did).
 fn sum_features(cols: &[f64], nb: usize, s: &mut [f64]) {
     for (jj, sj) in s.iter_mut().enumerate() {
-        cols[jj * nb..(jj + 1) * nb].iter().for_each(|v| *sj += v);
+        let col = &cols[jj * nb..(jj + 1) * nb];
+        let mut acc = [0.0f64; 8];
+        let lanes = col.chunks_exact(8);
+        let tail: f64 = lanes.remainder().iter().sum();
+        for part in lanes {
+            for k in 0..8 {
+                acc[k] += part[k];
+            }
+        }
+        *sj += ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7])) + tail;
     }
 }
 

@@ -10,6 +10,7 @@ mod file;
 mod tri;
 mod tri_factor;
 
+pub use add::Blocks;
 pub use file::{checksum, stats_from_bytes, stats_from_file, stats_to_bytes, stats_to_file, STATS_VERSION};
 pub(crate) use tri::{parallel, split_tiles, split_tiles_ref, tile_len, tile_range};
 pub use tri::{TriGram, TILE};
@@ -125,17 +126,29 @@ impl GramStats {
     /// Adds `rows` rows: features `z` (`rows × D`, f32) and targets `y` (`rows × c`).
     /// Non-finite features are an error, never accumulated.
     pub fn add(&mut self, z: &[f32], y: &[f64], rows: usize, threads: usize) -> Result<()> {
-        self.add_rows(z, y, rows, threads, Precision::F64)
+        self.add_rows(z, y, rows, (threads, Precision::F64), &mut Blocks::default())
     }
 
     /// [`GramStats::add`] for f64 features (two-pass mode's projected features).
     pub fn add_f64(&mut self, z: &[f64], y: &[f64], rows: usize, threads: usize) -> Result<()> {
-        self.add_rows(z, y, rows, threads, Precision::F64)
+        self.add_rows(z, y, rows, (threads, Precision::F64), &mut Blocks::default())
     }
 
     /// [`GramStats::add`] with the Gram products in the given precision.
     pub fn add_with(&mut self, z: &[f32], y: &[f64], rows: usize, threads: usize, precision: Precision) -> Result<()> {
-        self.add_rows(z, y, rows, threads, precision)
+        self.add_rows(z, y, rows, (threads, precision), &mut Blocks::default())
+    }
+
+    /// [`GramStats::add_with`] in `blocks`' buffers, which a pass keeps from chunk to chunk.
+    pub fn add_reusing(
+        &mut self,
+        z: &[f32],
+        y: &[f64],
+        rows: usize,
+        (threads, precision): (usize, Precision),
+        blocks: &mut Blocks,
+    ) -> Result<()> {
+        self.add_rows(z, y, rows, (threads, precision), blocks)
     }
 
     /// The same statistics without the targets (`c = 0`).
@@ -259,6 +272,7 @@ pub struct ShapeMismatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Error;
 
     fn data(rows: usize, dim: usize, c: usize) -> (Vec<f32>, Vec<f64>) {
         let mut r = crate::rng::StageRng::new(3, 9);
@@ -421,5 +435,44 @@ mod tests {
         let mut st = GramStats::new(vec![0.0; 2], 0);
         assert!(st.add(&[1.0, f32::NAN], &[], 1, 1).is_err());
         assert_eq!(st.n, 0);
+        // Past the scan's first parts, the first fault is the one named, in f32 and f64.
+        let (rows, dim) = (300, 37);
+        let (mut z, _) = data(rows, dim, 0);
+        z[250 * dim + 5] = f32::INFINITY;
+        z[260 * dim + 1] = f32::NAN;
+        let mut st = GramStats::new(vec![0.0; dim], 0);
+        let found = |e| matches!(e, Error::BadFeature { row: 250, feature: 5, too_large: false, .. });
+        assert!(found(st.add_with(&z, &[], rows, 2, Precision::F32).unwrap_err()));
+        let mut wide: Vec<f64> = z.iter().map(|&v| f64::from(v)).collect();
+        assert!(found(st.add_f64(&wide, &[], rows, 2).unwrap_err()));
+        // 1e100 squares within the f64 sums; the NaN after it is the first fault, then a
+        // larger value before that.
+        wide[250 * dim + 5] = 1e100;
+        let e = st.add_f64(&wide, &[], rows, 2).unwrap_err();
+        assert!(matches!(e, Error::BadFeature { row: 260, feature: 1, too_large: false, .. }), "{e:?}");
+        wide[255 * dim + 2] = -1e101;
+        let e = st.add_f64(&wide, &[], rows, 2).unwrap_err();
+        assert!(matches!(e, Error::BadFeature { row: 255, feature: 2, too_large: true, .. }), "{e:?}");
+        assert_eq!(st.n, 0);
+    }
+
+    #[test]
+    fn blocks_kept_from_chunk_to_chunk_give_the_sums_of_fresh_ones() {
+        // A pass reuses one set of block buffers for chunks of any size and for
+        // statistics of other widths: nothing of an earlier, larger block may leak.
+        for precision in [Precision::F32, Precision::F64] {
+            let mut blocks = Blocks::default();
+            for (dim, chunks) in [(2 * TILE + 3, vec![ROW_BLOCK_F32 + 17, 40, 3]), (TILE - 9, vec![5, 700])] {
+                let mut kept = GramStats::new(vec![100.0; dim], 2);
+                let mut fresh = GramStats::new(vec![100.0; dim], 2);
+                for (k, &rows) in chunks.iter().enumerate() {
+                    let (mut z, y) = data(rows, dim, 2);
+                    z.iter_mut().for_each(|v| *v += k as f32);
+                    kept.add_reusing(&z, &y, rows, (2, precision), &mut blocks).unwrap();
+                    fresh.add_with(&z, &y, rows, 2, precision).unwrap();
+                }
+                assert!(kept == fresh, "{precision:?}, D = {dim}: reused blocks changed the sums");
+            }
+        }
     }
 }

@@ -82,7 +82,7 @@ impl Accumulation for Folds {
             let member: Vec<bool> = fold.iter().map(|&g| g == f).collect();
             let zf = select_rows(b.z, b.dim, &member, true);
             let yf = select_rows(b.y, c, &member, true);
-            st.add_with(&zf, &yf, zf.len() / b.dim, env.threads, env.gram).map_err(b.data_err())?;
+            env.add(st, &zf, &yf, zf.len() / b.dim).map_err(b.data_err())?;
         }
         Ok(())
     }

@@ -40,16 +40,15 @@ impl Sums {
     }
 
     fn update(&mut self, b: &Batch<'_>, env: &PassEnv) -> Result<()> {
-        let (threads, gram) = (env.threads, env.gram);
         let rows = b.chunk.rows;
         if b.labeled.iter().all(|&m| m) {
-            return self.labeled.add_with(b.z, b.y, rows, threads, gram).map_err(b.data_err());
+            return env.add(&mut self.labeled, b.z, b.y, rows).map_err(b.data_err());
         }
         let zl = select_rows(b.z, b.dim, b.labeled, true);
-        self.labeled.add_with(&zl, b.y, zl.len() / b.dim, threads, gram).map_err(b.data_err())?;
+        env.add(&mut self.labeled, &zl, b.y, zl.len() / b.dim).map_err(b.data_err())?;
         let zu = select_rows(b.z, b.dim, b.labeled, false);
         let u = self.unlabeled.as_mut().ok_or_else(|| Error::bug("unlabeled rows without unlabeled statistics"))?;
-        u.add_with(&zu, &[], zu.len() / b.dim, threads, gram).map_err(b.data_err())
+        env.add(u, &zu, &[], zu.len() / b.dim).map_err(b.data_err())
     }
 
     fn state(&self) -> Vec<(String, &GramStats)> {

@@ -19,7 +19,7 @@ use crate::pipeline::plan::Plan;
 use crate::pipeline::prepare::FittedMap;
 use crate::pipeline::solve_ctx::{Solution, SolveCtx};
 use crate::source::Chunk;
-use crate::stats::{GramStats, Precision};
+use crate::stats::{Blocks, GramStats, Precision};
 
 /// A mapped chunk as the pass hands it to an accumulation.
 pub(crate) struct Batch<'a> {
@@ -52,7 +52,7 @@ impl Batch<'_> {
 }
 
 /// What every update of a pass shares.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub(crate) struct PassEnv {
     /// Threads for the Gram products.
     pub threads: usize,
@@ -60,6 +60,20 @@ pub(crate) struct PassEnv {
     pub gram: Precision,
     /// `run.seed` (k-fold's row hash).
     pub seed: u64,
+    /// The block buffers every statistics update of the pass reuses (freed with the pass).
+    blocks: std::sync::Mutex<Blocks>,
+}
+
+impl PassEnv {
+    pub(crate) fn new(threads: usize, gram: Precision, seed: u64) -> PassEnv {
+        PassEnv { threads, gram, seed, blocks: Default::default() }
+    }
+
+    /// Adds rows to `stats` at the pass's threads and precision, in its block buffers.
+    pub(crate) fn add(&self, stats: &mut GramStats, z: &[f32], y: &[f64], rows: usize) -> Result<()> {
+        let mut blocks = self.blocks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        stats.add_reusing(z, y, rows, (self.threads, self.gram), &mut blocks)
+    }
 }
 
 /// A run mode's pass state.

@@ -90,7 +90,7 @@ impl Accumulation for TwoPassRun {
                 for (st, r) in self.pass1.iter_mut().zip(&self.ranges) {
                     let block: Vec<f32> =
                         b.z.chunks_exact(dim).flat_map(|row| row[r.clone()].iter().copied()).collect();
-                    st.add_with(&block, &[], rows, env.threads, env.gram).map_err(b.data_err())?;
+                    env.add(st, &block, &[], rows).map_err(b.data_err())?;
                 }
                 Ok(())
             }
