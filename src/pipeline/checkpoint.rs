@@ -31,16 +31,22 @@ pub(crate) struct CheckpointMeta {
 
 impl Checkpointer<'_> {
     pub(crate) fn write(&self, acc: &dyn Accumulation, done: &[usize]) -> Result<()> {
+        let blocks = acc.state()?;
+        let named: Vec<(&str, &GramStats)> = blocks.iter().map(|(n, s)| (n.as_str(), *s)).collect();
+        self.write_blocks(&named, acc.pass(), done)
+    }
+
+    /// Writes the named statistics blocks of `pass` (an accumulation's state, handed over
+    /// by a solve about to consume them).
+    pub(crate) fn write_blocks(&self, named: &[(&str, &GramStats)], pass: u32, done: &[usize]) -> Result<()> {
         let meta = CheckpointMeta {
             kind: FileKind::Checkpoint,
             fingerprint: self.fingerprint.to_string(),
             passes: self.passes,
-            pass: acc.pass(),
+            pass,
             done: done.to_vec(),
         };
-        let blocks = acc.state()?;
-        let named: Vec<(&str, &GramStats)> = blocks.iter().map(|(n, s)| (n.as_str(), *s)).collect();
-        stats_to_file(self.path, &named, serde_json::to_value(&meta).unwrap_or_default())
+        stats_to_file(self.path, named, serde_json::to_value(&meta).unwrap_or_default())
     }
 }
 

@@ -16,7 +16,7 @@ use crate::pipeline::report::{Reporter, SelectionReport, SolveReport};
 use crate::pipeline::select::{self, Fits, Space};
 use crate::pipeline::solve_ctx::{Settled, Solution, SolveCtx};
 use crate::pipeline::stream::lambda_text;
-use crate::solve::{Components, GcvCurve, LambdaChoice, Pca, Ridge, RotatedProblem, SolvePath};
+use crate::solve::{Components, GcvCurve, Keep, LambdaChoice, Pca, Ridge, RotatedProblem, SolvePath};
 use crate::stats::{Centered, GramStats};
 
 /// A solved ridge problem: weights for any λ of its grid, and what the model records.
@@ -92,6 +92,7 @@ pub(crate) fn direct(
     lambda: LambdaChoice,
     threads: usize,
     report: Option<&mut Reporter>,
+    keep: Option<Keep<'_>>,
 ) -> Result<(Ridge, Vec<f64>)> {
     let in_place = solve.in_place && solve.path.is_cholesky();
     let dim = stats.dim();
@@ -102,7 +103,13 @@ pub(crate) fn direct(
             _ => "solve: factoring in place on the statistics (they are on disk, or a copy of the Gram would not fit)",
         });
     }
-    let d = Ridge::direct(stats, solve.path, lambda, in_place, threads)?;
+    let path = solve.path;
+    let d = match (in_place, keep) {
+        (false, _) => Ridge::direct(stats, path, lambda, None, threads),
+        (true, Some(keep)) => Ridge::direct(stats, path, lambda, Some(keep), threads),
+        // Statistics already kept, or that only memory puts in place, need nothing more.
+        (true, None) => Ridge::direct(stats, path, lambda, Some(&mut |_: &GramStats| Ok(())), threads),
+    }?;
     if let (Some(rank), Some(r)) = (d.rank, report) {
         r.say(format!("note: the covariance has numerical rank {rank} of {dim}"));
     }
@@ -127,7 +134,7 @@ pub(crate) fn primal(
     let shift = labeled.shift.clone();
     if solve.path != SolvePath::Eigen {
         let cl = labeled.moments();
-        let (ridge, eigenvalues) = direct(labeled, solve, lambda, ctx.threads, Some(ctx.report))?;
+        let (ridge, eigenvalues) = direct(labeled, solve, lambda, ctx.threads, Some(ctx.report), ctx.keep.take())?;
         let in_place = solve.in_place && solve.path.is_cholesky();
         return Ok(Solved { shift, in_place, ..Solved::on_all_features(ridge, solve.path, cl, eigenvalues) });
     }

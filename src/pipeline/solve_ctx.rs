@@ -7,8 +7,8 @@ use crate::model::{CandidateTable, Projection, ProjectionInfo, SparseTable, Vali
 use crate::pipeline::check::CheckedPipeline;
 use crate::pipeline::prepare::{FittedMap, Labels};
 use crate::pipeline::report::Reporter;
-use crate::solve::GcvCurve;
 use crate::solve::Refinement;
+use crate::solve::{GcvCurve, Keep};
 use crate::source::Dataset;
 
 /// What a solve works with.
@@ -27,6 +27,9 @@ pub(crate) struct SolveCtx<'a> {
     pub threads: usize,
     /// The report.
     pub report: &'a mut Reporter,
+    /// Keeps the statistics (the run's checkpoint) just before a factorisation in place
+    /// consumes them; taken by the first solve that could.
+    pub keep: Option<Keep<'a>>,
 }
 
 impl<'a> SolveCtx<'a> {

@@ -12,6 +12,23 @@ use faer::Mat;
 use crate::error::{Error, Result};
 use crate::stats::{factor_tiles, solve_tiles, GramStats, TriGram};
 
+/// Called with the statistics just before a factorisation in place consumes their Gram,
+/// so that the caller can keep them (the run's checkpoint): a solve that never consumes
+/// them (the mixed-precision one, unless it falls back) never asks.
+pub type Keep<'a> = &'a mut dyn FnMut(&GramStats) -> Result<()>;
+
+/// The Gram a Cholesky factors: the statistics' own, taken from them once `keep` has
+/// kept them, or a copy.
+pub(crate) fn consumed(stats: &mut GramStats, keep: Option<Keep<'_>>) -> Result<TriGram> {
+    Ok(match keep {
+        Some(keep) => {
+            keep(stats)?;
+            std::mem::replace(&mut stats.gram, TriGram::zeros(0))
+        }
+        None => stats.gram.clone(),
+    })
+}
+
 /// Factors `a` in place into its lower Cholesky factor (tile storage unchanged; the
 /// strict upper part of each diagonal tile is left as it was and never read). Fails with
 /// the index of the first pivot that is not positive.

@@ -11,10 +11,10 @@
 use faer::Mat;
 use serde::{Deserialize, Serialize};
 
-use super::cholesky::{centred_rhs, folded, ridge_fixed};
+use super::cholesky::{centred_rhs, consumed, folded, ridge_fixed, Keep};
 use super::symmetric::symmetric_times;
 use crate::error::Result;
-use crate::stats::{factor_tiles, parallel, solve_tiles, split_tiles, tile_len, GramStats, TriGram, TILE};
+use crate::stats::{factor_tiles, parallel, solve_tiles, split_tiles, tile_len, GramStats, TILE};
 
 /// The residual at which refinement stops: `‖B − AW‖_F ≤ 10⁻¹² ‖B‖_F`, where the
 /// weights agree with the f64 factorisation's to about `κ(A)·10⁻¹²`.
@@ -37,11 +37,12 @@ pub struct Refinement {
 }
 
 /// Ridge weights at one λ > 0 for every output by the f32 factor refined against the
-/// statistics. `in_place`: a fallback factors the statistics' own Gram (consumed) rather
-/// than a copy. Returns `W` (row-major `D × c`), `b` and how the refinement ended.
+/// statistics. `in_place`: a fallback factors the statistics' own Gram (consumed, once
+/// `in_place` has kept them) rather than a copy; a refinement that converges consumes
+/// nothing. Returns `W` (row-major `D × c`), `b` and how the refinement ended.
 pub fn ridge_refined(
     stats: &mut GramStats,
-    in_place: bool,
+    in_place: Option<Keep<'_>>,
     lambda: f64,
     threads: usize,
 ) -> Result<(Vec<f64>, Vec<f64>, Refinement)> {
@@ -53,7 +54,7 @@ pub fn ridge_refined(
         }
         Err(stalled) => stalled,
     };
-    let work = if in_place { std::mem::replace(&mut stats.gram, TriGram::zeros(0)) } else { stats.gram.clone() };
+    let work = consumed(stats, in_place)?;
     let (weights, bias) = ridge_fixed(stats, work, lambda, threads)?;
     Ok((weights, bias, stalled))
 }
@@ -152,8 +153,21 @@ mod tests {
         let st = stats(900, dim, c, 4);
         let lambda = 0.5;
         let (want_w, want_b) = ridge_fixed(&st, st.gram.clone(), lambda, 2).unwrap();
-        let (w1, b1, r1) = ridge_refined(&mut st.clone(), false, lambda, 1).unwrap();
-        let (w3, b3, r3) = ridge_refined(&mut st.clone(), true, lambda, 3).unwrap();
+        let (w1, b1, r1) = ridge_refined(&mut st.clone(), None, lambda, 1).unwrap();
+        // In place, a refinement that converges consumes nothing, so keeps nothing.
+        let mut asked = 0;
+        let mut in_place = st.clone();
+        let (w3, b3, r3) = ridge_refined(
+            &mut in_place,
+            Some(&mut |_| {
+                asked += 1;
+                Ok(())
+            }),
+            lambda,
+            3,
+        )
+        .unwrap();
+        assert_eq!((asked, &in_place.gram), (0, &st.gram), "a converged refinement kept or consumed the statistics");
         assert!(!r1.fell_back && r1.steps >= 1 && r1.residual.is_some_and(|r| r <= TOLERANCE), "{r1:?}");
         assert!(rel(&w1, &want_w) < 1e-9, "weights differ by {:e}", rel(&w1, &want_w));
         assert!(rel(&b1, &want_b) < 1e-9, "bias differs by {:e}", rel(&b1, &want_b));
@@ -169,10 +183,31 @@ mod tests {
         let top = st.gram.diagonal().into_iter().sum::<f64>();
         let lambda = 1e-9 * top;
         let mut kept = st.clone();
-        let (w, b, r) = ridge_refined(&mut kept, false, lambda, 2).unwrap();
+        let (w, b, r) = ridge_refined(&mut kept, None, lambda, 2).unwrap();
         assert!(r.fell_back, "{r:?}");
         assert_eq!(kept.gram, st.gram, "not in place: the statistics are kept");
         let (want_w, want_b) = ridge_fixed(&st, st.gram.clone(), lambda, 2).unwrap();
-        assert_eq!((w, b), (want_w, want_b), "the fallback is the f64 factorisation itself");
+        assert_eq!((&w, &b), (&want_w, &want_b), "the fallback is the f64 factorisation itself");
+        // In place, the fallback hands the statistics over whole, once, before it consumes
+        // them; a refused keep (a checkpoint that cannot be written) stops the solve.
+        let mut seen = Vec::new();
+        let mut consumed = st.clone();
+        let got = ridge_refined(
+            &mut consumed,
+            Some(&mut |s: &GramStats| {
+                seen.push(s.clone());
+                Ok(())
+            }),
+            lambda,
+            2,
+        )
+        .unwrap();
+        assert_eq!(seen, vec![st.clone()], "the statistics kept before the in-place factor");
+        assert_eq!((got.0, got.1), (want_w, want_b));
+        assert_eq!(consumed.gram.dim(), 0, "the in-place fallback consumed the Gram");
+        let mut refused = st.clone();
+        let no = &mut |_: &GramStats| Err(crate::error::Error::bug("disk full"));
+        assert!(ridge_refined(&mut refused, Some(no), lambda, 2).is_err());
+        assert_eq!(refused.gram, st.gram, "a keep that failed left the statistics whole");
     }
 }

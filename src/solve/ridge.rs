@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::cholesky::{consumed, Keep};
 use super::mixed::Refinement;
 use super::rotated::{bias_for, GcvCurve, LambdaChoice, RotatedProblem};
 use crate::error::{Error, Result};
@@ -121,20 +122,20 @@ pub struct Direct {
 
 impl Ridge {
     /// Ridge on all features of `stats` by a direct path (math.md §13.7): one tiled
-    /// Cholesky at a fixed λ > 0 — of the statistics' own Gram when `in_place`, which
-    /// consumes it — or the tridiagonal form, which gives every λ of the grid. The one
-    /// place a new path on the Gram statistics is dispatched.
+    /// Cholesky at a fixed λ > 0 — of the statistics' own Gram when `in_place` is given,
+    /// which consumes it (after `in_place` has kept the statistics, see [`Keep`]) — or
+    /// the tridiagonal form, which gives every λ of the grid. The one place a new path on
+    /// the Gram statistics is dispatched.
     pub fn direct(
         stats: &mut GramStats,
         path: SolvePath,
         lambda: LambdaChoice,
-        in_place: bool,
+        in_place: Option<Keep<'_>>,
         threads: usize,
     ) -> Result<Direct> {
         match (path, lambda) {
             (SolvePath::Cholesky, LambdaChoice::Fixed(lambda)) if lambda > 0.0 => {
-                let work =
-                    if in_place { std::mem::replace(&mut stats.gram, TriGram::zeros(0)) } else { stats.gram.clone() };
+                let work = consumed(stats, in_place)?;
                 let (weights, bias) = super::cholesky::ridge_fixed(stats, work, lambda, threads)?;
                 Ok(Direct {
                     ridge: Ridge::Solved { weights, bias, refinement: None },

@@ -96,6 +96,33 @@ fn a_large_fixed_lambda_solve_consumes_statistics_that_are_on_disk_and_equals_th
     let (a, b, c) = (load("in.sfm"), load("copy.sfm"), load("part.sfm"));
     assert_eq!((&a.weights, &a.bias), (&b.weights, &b.bias));
     assert_eq!((&a.weights, &a.bias), (&c.weights, &c.bias));
+    // The mixed-precision solve planned in place consumes the statistics only if it falls
+    // back to the f64 factor: converged, nothing was written before the solve; fallen back,
+    // the statistics went to the checkpoint just before the f64 factor consumed them. The
+    // models are those of the same solves on a copy.
+    let mixed = |name: &str, lambda: &str, extra: &[&str]| {
+        let (model, json) = (path(&format!("{name}.sfm")), path(&format!("{name}.json")));
+        let set = format!("ridge.lambda={lambda}");
+        let args = ["train", &p, "-o", &model, "--set", "ridge.solver=\"cholesky_f32\"", "--set", &set];
+        let out = sketchfit(&[&args[..], extra, &["--report", &json]].concat());
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let r = report(&dir.path(&format!("{name}.json")));
+        assert!(!dir.path(&format!("{name}.sfm.ckpt")).exists());
+        (load(&format!("{name}.sfm")), r["solve"]["in_place"].clone(), r["checkpointed_before_solve"].clone(), r)
+    };
+    let copy = ["--set", "run.checkpoint_every=0"];
+    let (m, in_place, written, r) = mixed("mixed", "0.1", &[]);
+    assert_eq!((in_place, written), (true.into(), false.into()), "{r}");
+    assert_eq!(r["solve"]["refinement"]["fell_back"], false, "{r}");
+    let (want, in_place, _, _) = mixed("mixed-copy", "0.1", &copy);
+    assert_eq!(in_place, false);
+    assert_eq!((&m.weights, &m.bias), (&want.weights, &want.bias));
+    let (m, in_place, written, r) = mixed("fell", "1e-9", &[]);
+    assert_eq!((in_place, written), (true.into(), true.into()), "{r}");
+    assert_eq!(r["solve"]["refinement"]["fell_back"], true, "{r}");
+    let (want, _, _, r) = mixed("fell-copy", "1e-9", &copy);
+    assert_eq!(r["solve"]["refinement"]["fell_back"], true, "{r}");
+    assert_eq!((&m.weights, &m.bias), (&want.weights, &want.bias));
 }
 
 #[test]

@@ -62,7 +62,7 @@ impl Select for KFoldScores<'_> {
             let moments = rest.moments();
             let tridiagonal = RidgeSolve { path: SolvePath::Tridiagonal, in_place: false };
             let lambda = LambdaChoice::Gcv { per_output: false };
-            let (ridge, _) = direct(&mut rest, tridiagonal, lambda, ctx.threads, None)?;
+            let (ridge, _) = direct(&mut rest, tridiagonal, lambda, ctx.threads, None, None)?;
             drop(rest);
             let wb = ridge.weights(&sets, &moments);
             let w = ndarray::Array2::from_shape_fn((dim, cols), |(i, j)| wb[j / c].0[i * c + j % c]);
