@@ -9,8 +9,10 @@
 #            f32, with the pass's time split, next to a plain full GEMM ZᵀZ of the same
 #            total shape on all cores (examples/gemm_ref) and numpy's z.T @ z (SYRK) of the
 #            same shape on precomputed features (scripts/blas_ref.py)
-#   gram     the pass against OpenBLAS side by side, D = 4096 and 16384 (GRAM_DIMS): numpy's
-#            z.T @ z (SYRK) of 60,000 × D precomputed features in f64 and f32, the pass
+#   gram     the pass against OpenBLAS side by side, D = 4096 and 16384 (GRAM_DIMS): OpenBLAS's
+#            SYRK (scipy's BLAS) and numpy's z.T @ z of 60,000 × D precomputed features in
+#            f64 and f32 (numpy's in a child process: its OpenBLAS 0.3.31 crashed on the
+#            f64 product at D = 16384 on an AVX-512 Xeon, as did scipy's), the pass
 #            in f64 and with run.gram = "f32", and the tile products alone on one core,
 #            faer (examples/tile_ref) against OpenBLAS (blas_ref.py tiles)
 #   large    the same pass on a 1M-row file (about 3 GB), for the flat-memory check

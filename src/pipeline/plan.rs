@@ -538,7 +538,7 @@ impl Planner<'_> {
             mib(solve),
             path_name,
             match (in_place, path) {
-                (true, SolvePath::CholeskyF32) => ", in place: the f32 factor beside the statistics, which are checkpointed first and factored themselves by an f64 fallback",
+                (true, SolvePath::CholeskyF32) => ", in place: the f32 factor beside the statistics, which an f64 fallback would checkpoint and factor themselves",
                 (true, _) => ", in place on the statistics, which are checkpointed first",
                 (false, _) => "",
             },
