@@ -9,6 +9,7 @@ use crate::error::{Error, Result};
 use crate::pipeline::accumulate::Accumulation;
 use crate::pipeline::parts::{read_stats, FileKind};
 use crate::pipeline::plan::Plan;
+use crate::pipeline::solve_ctx::KeepState;
 use crate::stats::{stats_to_file, GramStats};
 
 /// Writes checkpoints at unit boundaries.
@@ -47,6 +48,39 @@ impl Checkpointer<'_> {
             done: done.to_vec(),
         };
         stats_to_file(self.path, named, serde_json::to_value(&meta).unwrap_or_default())
+    }
+}
+
+/// The run's checkpoint written by the solve, just before a factorisation in place
+/// consumes the state (see [`KeepState`]).
+pub(crate) struct BeforeSolve<'a> {
+    pub(crate) checkpointer: Checkpointer<'a>,
+    pub(crate) pass: u32,
+    pub(crate) done: &'a [usize],
+    written: std::sync::atomic::AtomicBool,
+}
+
+impl<'a> BeforeSolve<'a> {
+    pub(crate) fn new(checkpointer: Checkpointer<'a>, pass: u32, done: &'a [usize]) -> BeforeSolve<'a> {
+        BeforeSolve { checkpointer, pass, done, written: false.into() }
+    }
+
+    /// The solve handed the state over and it was written.
+    pub(crate) fn written(&self) -> bool {
+        self.written.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl KeepState for BeforeSolve<'_> {
+    fn keep(&self, blocks: &[(String, &GramStats)]) -> Result<()> {
+        let named: Vec<(&str, &GramStats)> = blocks.iter().map(|(n, s)| (n.as_str(), *s)).collect();
+        self.checkpointer.write_blocks(&named, self.pass, self.done)?;
+        self.written.store(true, std::sync::atomic::Ordering::Relaxed);
+        if cfg!(debug_assertions) && std::env::var_os("SKETCHFIT_TEST_ABORT_IN_SOLVE").is_some() {
+            // The test hook's kill inside the factorisation, once the state is on disk.
+            std::process::abort();
+        }
+        Ok(())
     }
 }
 

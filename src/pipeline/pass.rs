@@ -36,7 +36,7 @@ impl Run<'_> {
             training,
             threads: self.threads,
             report,
-            keep: None,
+            keeper: None,
         }
     }
 }

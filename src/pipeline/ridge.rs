@@ -103,13 +103,14 @@ pub(crate) fn direct(
             _ => "solve: factoring in place on the statistics (they are on disk, or a copy of the Gram would not fit)",
         });
     }
-    let path = solve.path;
-    let d = match (in_place, keep) {
-        (false, _) => Ridge::direct(stats, path, lambda, None, threads),
-        (true, Some(keep)) => Ridge::direct(stats, path, lambda, Some(keep), threads),
-        // Statistics already kept, or that only memory puts in place, need nothing more.
-        (true, None) => Ridge::direct(stats, path, lambda, Some(&mut |_: &GramStats| Ok(())), threads),
-    }?;
+    // Statistics that nothing keeps (no checkpoint, or a copy of them) are consumed as they are.
+    let mut nothing = |_: &GramStats| Ok(());
+    let keep: Option<Keep<'_>> = match (in_place, keep) {
+        (false, _) => None,
+        (true, Some(k)) => Some(&mut *k),
+        (true, None) => Some(&mut nothing),
+    };
+    let d = Ridge::direct(stats, solve.path, lambda, keep, threads)?;
     if let (Some(rank), Some(r)) = (d.rank, report) {
         r.say(format!("note: the covariance has numerical rank {rank} of {dim}"));
     }
@@ -117,13 +118,15 @@ pub(crate) fn direct(
 }
 
 /// The statistics of one pass solved by `solve`: on all features directly, or PCA (on
-/// all rows when some are unlabeled) and ridge in its eigenbasis.
+/// all rows when some are unlabeled) and ridge in its eigenbasis. `keep` is called
+/// before a factorisation in place consumes `labeled` (the caller's whole state with it).
 pub(crate) fn primal(
     labeled: &mut GramStats,
     unlabeled: Option<&GramStats>,
     solve: (RidgeSolve, Option<&PcaPlan>),
     lambda: LambdaChoice,
     ctx: &mut SolveCtx<'_>,
+    keep: Option<Keep<'_>>,
 ) -> Result<Solved> {
     let (mut solve, pca_plan) = solve;
     enough_rows(labeled.n)?;
@@ -134,7 +137,7 @@ pub(crate) fn primal(
     let shift = labeled.shift.clone();
     if solve.path != SolvePath::Eigen {
         let cl = labeled.moments();
-        let (ridge, eigenvalues) = direct(labeled, solve, lambda, ctx.threads, Some(ctx.report), ctx.keep.take())?;
+        let (ridge, eigenvalues) = direct(labeled, solve, lambda, ctx.threads, Some(ctx.report), keep)?;
         let in_place = solve.in_place && solve.path.is_cholesky();
         return Ok(Solved { shift, in_place, ..Solved::on_all_features(ridge, solve.path, cl, eigenvalues) });
     }

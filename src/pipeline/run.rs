@@ -7,12 +7,12 @@ use crate::error::Result;
 use crate::model::Model;
 use crate::pipeline::assemble::{assemble, Fitted};
 use crate::pipeline::check::CheckedPipeline;
-use crate::pipeline::checkpoint::Checkpointer;
+use crate::pipeline::checkpoint::{BeforeSolve, Checkpointer};
 use crate::pipeline::pass::{accumulate, Run};
 use crate::pipeline::plan::{Facts, Plan, RunOptions};
 use crate::pipeline::prepare::{prepare, Prepared};
 use crate::pipeline::report::Reporter;
-use crate::stats::GramStats;
+use crate::pipeline::solve_ctx::KeepState;
 
 /// The plan of a prepared run, with the memory it needs stated (and refused beyond the
 /// limit) before the pass.
@@ -62,42 +62,23 @@ pub fn train_prepared(
     let run = Run { checked, prep: &prep, plan: &plan, opts, threads: opts.threads_for(checked) };
     let units: Vec<usize> = (0..prep.work.len()).collect();
     let acc = accumulate(&run, &units, report)?;
-    // An in-place factorisation consumes the Gram: the pass goes to disk before it does,
-    // so a failed or refused solve costs no pass (`--resume` solves again from it). Where
-    // the state is the one labeled block the solve holds, the solve writes it just before
-    // consuming it — the mixed-precision solve, which consumes the Gram only when it falls
-    // back, then writes nothing (1 GiB and 6 s at D = 16,384); any other state is written
-    // here.
-    let checkpointer = opts.checkpoint.as_deref().filter(|_| plan.factors_in_place()).map(|path| Checkpointer {
-        path,
-        every: 0,
-        since: 0,
-        fingerprint: &prep.fingerprint,
-        passes: checked.passes(),
+    // An in-place factorisation consumes the Gram: the accumulation hands its whole state
+    // to the checkpoint just before, so a failed or refused solve costs no pass
+    // (`--resume` solves again from it). A solve that consumes nothing — the
+    // mixed-precision one unless it falls back — writes nothing (1 GiB and 6 s at
+    // D = 16,384).
+    let keeper = opts.checkpoint.as_deref().filter(|_| plan.factors_in_place()).map(|path| {
+        let checkpointer =
+            Checkpointer { path, every: 0, since: 0, fingerprint: &prep.fingerprint, passes: checked.passes() };
+        BeforeSolve::new(checkpointer, acc.pass(), &units)
     });
-    let labeled_only = checkpointer.is_some() && acc.state()?.iter().map(|(name, _)| name.as_str()).eq(["labeled"]);
-    let written = std::cell::Cell::new(false);
-    if let (Some(c), false) = (&checkpointer, labeled_only) {
-        c.write(acc.as_ref(), &units)?;
-        written.set(true);
-    }
-    let pass = acc.pass();
-    let mut keep = |labeled: &GramStats| -> Result<()> {
-        if let Some(c) = &checkpointer {
-            c.write_blocks(&[("labeled", labeled)], pass, &units)?;
-            written.set(true);
-        }
-        Ok(())
-    };
     let solution = {
         let mut ctx = run.ctx(report, Some(&prep.labeled));
-        if labeled_only {
-            ctx.keep = Some(&mut keep);
-        }
+        ctx.keeper = keeper.as_ref().map(|k| k as &dyn KeepState);
         acc.solve(&mut ctx)
     };
-    if let (Some(c), true) = (&checkpointer, written.get()) {
-        report.say(format!("statistics written to {} before the in-place solve", c.path.display()));
+    if let Some(k) = keeper.as_ref().filter(|k| k.written()) {
+        report.say(format!("statistics written to {} before the in-place solve", k.checkpointer.path.display()));
         report.report.checkpointed_before_solve = true;
     }
     let solution = solution?;

@@ -261,7 +261,7 @@ fn solve_blocks(
             training: training.as_ref(),
             threads: opts.threads_for(checked),
             report,
-            keep: None,
+            keeper: None,
         };
         acc.solve(&mut ctx)?
     };

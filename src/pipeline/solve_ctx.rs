@@ -7,9 +7,10 @@ use crate::model::{CandidateTable, Projection, ProjectionInfo, SparseTable, Vali
 use crate::pipeline::check::CheckedPipeline;
 use crate::pipeline::prepare::{FittedMap, Labels};
 use crate::pipeline::report::Reporter;
+use crate::solve::GcvCurve;
 use crate::solve::Refinement;
-use crate::solve::{GcvCurve, Keep};
 use crate::source::Dataset;
+use crate::stats::GramStats;
 
 /// What a solve works with.
 pub(crate) struct SolveCtx<'a> {
@@ -27,9 +28,19 @@ pub(crate) struct SolveCtx<'a> {
     pub threads: usize,
     /// The report.
     pub report: &'a mut Reporter,
-    /// Keeps the statistics (the run's checkpoint) just before a factorisation in place
-    /// consumes them; taken by the first solve that could.
-    pub keep: Option<Keep<'a>>,
+    /// Keeps the run's pass state (its checkpoint) just before a factorisation in place
+    /// consumes any of it.
+    pub keeper: Option<&'a dyn KeepState>,
+}
+
+/// What keeps a run's pass state when a solve is about to consume part of it: an
+/// accumulation hands over its whole state, named as [`state`] names it, with the block
+/// the factorisation takes still whole. A solve that consumes nothing never calls it.
+///
+/// [`state`]: crate::pipeline::accumulate::Accumulation::state
+pub(crate) trait KeepState: Sync {
+    /// Keeps `blocks`; an error stops the solve with them whole.
+    fn keep(&self, blocks: &[(String, &GramStats)]) -> crate::error::Result<()>;
 }
 
 impl<'a> SolveCtx<'a> {

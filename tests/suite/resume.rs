@@ -1,6 +1,6 @@
 //! Checkpoints and resume: a killed run (the test hook and a real SIGKILL) resumes to
-//! the same bytes as an uninterrupted one in one- and two-pass mode, and a resume after
-//! the inputs changed is refused.
+//! the same bytes as an uninterrupted one in one- and two-pass mode, and from inside an
+//! in-place factorisation, and a resume after the inputs changed is refused.
 
 use crate::batch::{pipeline, write_data, CLASSIFY};
 use crate::common::*;
@@ -109,4 +109,46 @@ fn a_real_sigkill_then_resume_gives_the_same_model() {
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
         assert_eq!(std::fs::read(&model).unwrap(), want, "killed at {delay_ms} ms");
     }
+}
+
+#[test]
+fn a_kill_inside_an_in_place_factorisation_resumes_from_the_state_it_wrote_first() {
+    if !cfg!(debug_assertions) {
+        eprintln!("skipped: the fault-injection hook is compiled out of release builds");
+        return;
+    }
+    // (About 19 chunks: the default checkpoint interval, 256, writes none during the pass.)
+    // D = 4096 in 110 MiB: the Gram (68 MiB) and a copy do not fit together, so the
+    // Cholesky factors the statistics' own Gram, and the run hands them to its checkpoint
+    // just before. A kill inside the factorisation then costs no pass: the resume reads
+    // the whole state back and solves to the uninterrupted run's bytes.
+    let dir = TempDir::new("resume-in-place");
+    write_data(&dir.path("train.parquet"), 1200, 200, 4);
+    let body = CLASSIFY
+        .replace("dim = 96", "dim = 4096")
+        .replace("[[stages]]\nkind = \"identity\"\n[pca]\ncomponents = 40\n", "")
+        + "[ridge]\nlambda = 0.1\nsolver = \"cholesky\"\n[run]\nchunk_rows = 64\nmemory_limit_mib = 110\n";
+    let p = pipeline(&dir, &body);
+    let whole = dir.path("whole.sfm");
+    let json = dir.path("whole.json");
+    let out = sketchfit(&["train", &p, "-o", whole.to_str().unwrap(), "-q", "--report", json.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let r = report(&json);
+    assert_eq!(r["plan"]["solve"], serde_json::json!({"path": "cholesky", "in_place": true}), "{r}");
+    assert_eq!(r["checkpointed_before_solve"], true, "{r}");
+    let want = std::fs::read(&whole).unwrap();
+    let model = dir.path("killed.sfm");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sketchfit"))
+        .args(["train", &p, "-o", model.to_str().unwrap(), "-q"])
+        .env("SKETCHFIT_TEST_ABORT_IN_SOLVE", "1")
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0), "the hook must stop the run inside the solve");
+    assert!(!model.exists(), "a killed run leaves no model");
+    assert!(dir.path("killed.sfm.ckpt").exists(), "the state went to the checkpoint before the factorisation");
+    // The resume runs no pass (every row group is done) and factors what it read.
+    let out = sketchfit(&["train", &p, "-o", model.to_str().unwrap(), "-q", "--resume"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(std::fs::read(&model).unwrap(), want, "resumed from the pre-solve checkpoint, the model differs");
+    assert!(!dir.path("killed.sfm.ckpt").exists());
 }

@@ -106,7 +106,7 @@ impl Accumulation for CandidateRun {
                     training: ctx.training,
                     threads: ctx.threads,
                     report,
-                    keep: None,
+                    keeper: None,
                 };
                 inner.solve(&mut own)
             })?;

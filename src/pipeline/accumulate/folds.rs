@@ -116,7 +116,7 @@ impl Accumulation for Folds {
         // The model of all rows at that λ: one Cholesky (or the path ridge.solver names).
         let start = Instant::now();
         let lambda = choice.values.first().copied().unwrap_or(0.0);
-        let solved = primal(&mut total, None, (plan.refit, None), LambdaChoice::Fixed(lambda), ctx)?;
+        let solved = primal(&mut total, None, (plan.refit, None), LambdaChoice::Fixed(lambda), ctx, None)?;
         let mut never = |_: &GramStats, _: &[f64], _: &mut SolveCtx<'_>| -> Result<Solved> {
             Err(Error::bug("a fixed λ is never refitted"))
         };

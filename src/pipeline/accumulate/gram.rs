@@ -52,10 +52,13 @@ impl Sums {
     }
 
     fn state(&self) -> Vec<(String, &GramStats)> {
-        let mut v = vec![("labeled".to_string(), &self.labeled)];
-        if let Some(u) = &self.unlabeled {
-            v.push(("unlabeled".into(), u));
-        }
+        Sums::named(&self.labeled, self.unlabeled.as_ref())
+    }
+
+    /// The blocks as a checkpoint names them.
+    fn named<'s>(labeled: &'s GramStats, unlabeled: Option<&'s GramStats>) -> Vec<(String, &'s GramStats)> {
+        let mut v = vec![("labeled".to_string(), labeled)];
+        v.extend(unlabeled.map(|u| ("unlabeled".to_string(), u)));
         v
     }
 
@@ -109,7 +112,10 @@ impl Accumulation for Primal {
         let Primal { plan, sums } = *self;
         let Sums { mut labeled, unlabeled } = sums;
         let lambda = plan.selection.lambda();
-        let solved = primal(&mut labeled, unlabeled.as_ref(), (plan.solve, plan.pca.as_ref()), lambda, ctx)?;
+        let keeper = ctx.keeper;
+        let mut keep = |l: &GramStats| keeper.map_or(Ok(()), |k| k.keep(&Sums::named(l, unlabeled.as_ref())));
+        let solve = (plan.solve, plan.pca.as_ref());
+        let solved = primal(&mut labeled, unlabeled.as_ref(), solve, lambda, ctx, Some(&mut keep))?;
         let refit_solve = plan.refit.unwrap_or(plan.solve);
         let pca = plan.pca;
         let mut refit = |held_out: &GramStats, lambdas: &[f64], ctx: &mut SolveCtx<'_>| {
@@ -117,7 +123,7 @@ impl Accumulation for Primal {
                 .merge(held_out)
                 .map_err(|e| Error::bug_from("validation statistics merge with the training statistics", e))?;
             let (solve, lambda) = refit_lambda(refit_solve, lambdas);
-            primal(&mut labeled, unlabeled.as_ref(), (solve, pca.as_ref()), lambda, ctx)
+            primal(&mut labeled, unlabeled.as_ref(), (solve, pca.as_ref()), lambda, ctx, None)
         };
         settle(solved, plan.selection, &mut refit, ctx, start)
     }

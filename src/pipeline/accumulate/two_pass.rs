@@ -106,12 +106,7 @@ impl Accumulation for TwoPassRun {
     }
 
     fn state(&self) -> Result<Vec<(String, &GramStats)>> {
-        let mut v: Vec<(String, &GramStats)> =
-            self.pass1.iter().enumerate().map(|(i, s)| (format!("pass1.stage{i}"), s)).collect();
-        if let Some(p) = &self.pass2 {
-            v.push(("pass2".into(), p));
-        }
-        Ok(v)
+        Ok(named(&self.pass1, self.pass2.as_ref()))
     }
 
     fn size_bytes(&self) -> u64 {
@@ -173,18 +168,28 @@ impl Accumulation for TwoPassRun {
                 ..solved
             }
         };
-        let solved = with_stages(primal(&mut p2, None, (plan.solve, None), lambda, ctx)?);
+        let keeper = ctx.keeper;
+        let mut keep = |p: &GramStats| keeper.map_or(Ok(()), |k| k.keep(&named(&pass1, Some(p))));
+        let solved = with_stages(primal(&mut p2, None, (plan.solve, None), lambda, ctx, Some(&mut keep))?);
         let refit_solve = plan.refit.unwrap_or(plan.solve);
         let mut refit = |held_out: &GramStats, lambdas: &[f64], ctx: &mut SolveCtx<'_>| {
             p2.merge(held_out)
                 .map_err(|e| Error::bug_from("validation statistics merge with the training statistics", e))?;
             let (solve, lambda) = refit_lambda(refit_solve, lambdas);
-            Ok(with_stages(primal(&mut p2, None, (solve, None), lambda, ctx)?))
+            Ok(with_stages(primal(&mut p2, None, (solve, None), lambda, ctx, None)?))
         };
         let mut solution = settle(solved, plan.selection, &mut refit, ctx, start)?;
         solution.mean = pass1.iter().flat_map(|s| s.moments().mean).collect();
         Ok(solution)
     }
+}
+
+/// The blocks as a checkpoint names them.
+fn named<'s>(pass1: &'s [GramStats], pass2: Option<&'s GramStats>) -> Vec<(String, &'s GramStats)> {
+    let mut v: Vec<(String, &GramStats)> =
+        pass1.iter().enumerate().map(|(i, s)| (format!("pass1.stage{i}"), s)).collect();
+    v.extend(pass2.map(|p| ("pass2".to_string(), p)));
+    v
 }
 
 fn stage_projection(p: &StagePca) -> (ProjectionInfo, Projection) {
