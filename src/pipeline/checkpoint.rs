@@ -57,12 +57,15 @@ pub(crate) struct BeforeSolve<'a> {
     pub(crate) checkpointer: Checkpointer<'a>,
     pub(crate) pass: u32,
     pub(crate) done: &'a [usize],
+    /// The checkpoint the run resumed from holds this state already (every unit of the
+    /// last pass was done): writing it again would copy it onto itself.
+    pub(crate) on_disk: bool,
     written: std::sync::atomic::AtomicBool,
 }
 
 impl<'a> BeforeSolve<'a> {
-    pub(crate) fn new(checkpointer: Checkpointer<'a>, pass: u32, done: &'a [usize]) -> BeforeSolve<'a> {
-        BeforeSolve { checkpointer, pass, done, written: false.into() }
+    pub(crate) fn new(checkpointer: Checkpointer<'a>, pass: u32, done: &'a [usize], on_disk: bool) -> BeforeSolve<'a> {
+        BeforeSolve { checkpointer, pass, done, on_disk, written: false.into() }
     }
 
     /// The solve handed the state over and it was written.
@@ -73,9 +76,11 @@ impl<'a> BeforeSolve<'a> {
 
 impl KeepState for BeforeSolve<'_> {
     fn keep(&self, blocks: &[(String, &GramStats)]) -> Result<()> {
-        let named: Vec<(&str, &GramStats)> = blocks.iter().map(|(n, s)| (n.as_str(), *s)).collect();
-        self.checkpointer.write_blocks(&named, self.pass, self.done)?;
-        self.written.store(true, std::sync::atomic::Ordering::Relaxed);
+        if !self.on_disk {
+            let named: Vec<(&str, &GramStats)> = blocks.iter().map(|(n, s)| (n.as_str(), *s)).collect();
+            self.checkpointer.write_blocks(&named, self.pass, self.done)?;
+            self.written.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         if cfg!(debug_assertions) && std::env::var_os("SKETCHFIT_TEST_ABORT_IN_SOLVE").is_some() {
             // The test hook's kill inside the factorisation, once the state is on disk.
             std::process::abort();

@@ -66,11 +66,14 @@ pub fn train_prepared(
     // to the checkpoint just before, so a failed or refused solve costs no pass
     // (`--resume` solves again from it). A solve that consumes nothing — the
     // mixed-precision one unless it falls back — writes nothing (1 GiB and 6 s at
-    // D = 16,384).
+    // D = 16,384), and a run resumed from a checkpoint that holds its whole last pass
+    // (a solve killed after that write) has its state on disk already.
+    let resumed = report.report.resumed.as_ref();
+    let on_disk = resumed.is_some_and(|r| r.pass == acc.pass() && r.units_done == units.len());
     let keeper = opts.checkpoint.as_deref().filter(|_| plan.factors_in_place()).map(|path| {
         let checkpointer =
             Checkpointer { path, every: 0, since: 0, fingerprint: &prep.fingerprint, passes: checked.passes() };
-        BeforeSolve::new(checkpointer, acc.pass(), &units)
+        BeforeSolve::new(checkpointer, acc.pass(), &units, on_disk)
     });
     let solution = {
         let mut ctx = run.ctx(report, Some(&prep.labeled));
@@ -80,6 +83,9 @@ pub fn train_prepared(
     if let Some(k) = keeper.as_ref().filter(|k| k.written()) {
         report.say(format!("statistics written to {} before the in-place solve", k.checkpointer.path.display()));
         report.report.checkpointed_before_solve = true;
+    } else if let Some(k) = keeper.as_ref().filter(|k| k.on_disk) {
+        report
+            .say(format!("the statistics are in {} already (every row group was done)", k.checkpointer.path.display()));
     }
     let solution = solution?;
     let Prepared { mut maps, labels, .. } = prep;

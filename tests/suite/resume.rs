@@ -146,9 +146,30 @@ fn a_kill_inside_an_in_place_factorisation_resumes_from_the_state_it_wrote_first
     assert_ne!(out.status.code(), Some(0), "the hook must stop the run inside the solve");
     assert!(!model.exists(), "a killed run leaves no model");
     assert!(dir.path("killed.sfm.ckpt").exists(), "the state went to the checkpoint before the factorisation");
-    // The resume runs no pass (every row group is done) and factors what it read.
-    let out = sketchfit(&["train", &p, "-o", model.to_str().unwrap(), "-q", "--resume"]);
+    // A resume runs no pass (every row group is done) and factors what it read, without
+    // writing the checkpoint onto itself: killed inside the factor again, the file is the
+    // same one (inode and time), and the next resume gives the uninterrupted run's bytes.
+    use std::os::unix::fs::MetadataExt;
+    let ckpt = dir.path("killed.sfm.ckpt");
+    let stamp = |path: &std::path::Path| {
+        let m = std::fs::metadata(path).unwrap();
+        (m.ino(), m.mtime(), m.mtime_nsec())
+    };
+    let before = stamp(&ckpt);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sketchfit"))
+        .args(["train", &p, "-o", model.to_str().unwrap(), "-q", "--resume"])
+        .env("SKETCHFIT_TEST_ABORT_IN_SOLVE", "1")
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0), "the hook must stop the resumed run inside the solve");
+    assert_eq!(stamp(&ckpt), before, "the resumed run rewrote the checkpoint it had read");
+    let json = dir.path("resumed.json");
+    let out =
+        sketchfit(&["train", &p, "-o", model.to_str().unwrap(), "-q", "--resume", "--report", json.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let r = report(&json);
+    assert_eq!(r["resumed"]["units_done"], 6, "{r}");
+    assert_eq!((&r["solve"]["in_place"], &r["checkpointed_before_solve"]), (&true.into(), &false.into()), "{r}");
     assert_eq!(std::fs::read(&model).unwrap(), want, "resumed from the pre-solve checkpoint, the model differs");
-    assert!(!dir.path("killed.sfm.ckpt").exists());
+    assert!(!ckpt.exists());
 }
