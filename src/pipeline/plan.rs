@@ -12,7 +12,6 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::pipeline::check::{CheckedPipeline, Learner, PcaSettings, Selection, SparseSettings, DUAL_NEEDS};
 use crate::pipeline::spec::PcaMethod;
-use crate::solve::dual::RowStats;
 use crate::solve::{Components, LambdaChoice, SolvePath};
 use crate::stats::GramStats;
 
@@ -85,6 +84,13 @@ pub struct RidgeSolve {
     pub path: SolvePath,
     /// The Cholesky factors the statistics' own Gram (it is on disk, or a copy would not fit).
     pub in_place: bool,
+}
+
+impl RidgeSolve {
+    /// The solve factors the statistics it is given, consuming them.
+    pub fn consumes(&self) -> bool {
+        self.in_place && self.path.is_cholesky()
+    }
 }
 
 /// How one PCA is found.
@@ -202,12 +208,24 @@ impl Plan {
         Ok((plan, memory))
     }
 
-    /// The fixed-λ Cholesky that consumes the Gram runs at the end: the statistics are
-    /// worth writing to the checkpoint first.
+    /// The first solve is a fixed-λ Cholesky that consumes the Gram (the memory line
+    /// counts no copy for it).
     pub fn factors_in_place(&self) -> bool {
         match self {
-            Plan::Primal(p) => p.solve.in_place && p.solve.path.is_cholesky(),
-            Plan::TwoPass(t) => t.solve.in_place && t.solve.path.is_cholesky(),
+            Plan::Primal(p) => p.solve.consumes(),
+            Plan::TwoPass(t) => t.solve.consumes(),
+            _ => false,
+        }
+    }
+
+    /// Some solve of this plan may consume the pass's statistics: a Cholesky in place,
+    /// first or in the refit at the chosen λ (which merges the held-out rows into them).
+    pub fn consumes_statistics(&self) -> bool {
+        let refit = |r: &Option<RidgeSolve>| r.is_some_and(|r| r.consumes());
+        match self {
+            Plan::Primal(p) => p.solve.consumes() || refit(&p.refit),
+            Plan::TwoPass(t) => t.solve.consumes() || refit(&t.refit),
+            Plan::KFold(k) => k.refit.consumes(),
             _ => false,
         }
     }
@@ -546,44 +564,6 @@ impl Planner<'_> {
             f.files,
         );
         self.with_model_write(MemoryPlan::new(stats + held_out, buffers, solve, needed, self.limit, line))
-    }
-
-    /// The model's write after the statistics are freed: its arrays encoded, decoded
-    /// again and the maps rebuilt from them (the read-back check), beside the maps still
-    /// held — three copies of the stored parameters besides their own. For the random
-    /// maps that is megabytes; a Nyström model stores its landmarks and factor (3.5 GB
-    /// at M = 40,960), and then it can exceed the pass.
-    fn with_model_write(&self, mut plan: MemoryPlan) -> MemoryPlan {
-        let f = self.facts;
-        let dim = f.dims.iter().copied().max().unwrap_or(0) as u64;
-        let write = 3 * f.map_bytes + 16 * dim * f.outputs as u64;
-        if f.map_bytes > 0 {
-            plan.line += &format!("; the model's write and read-back {} beside the maps", mib(write));
-        }
-        plan.needed = plan.needed.max(f.map_bytes + write);
-        plan
-    }
-
-    fn dual_memory(&self, dual: &Dual) -> MemoryPlan {
-        let f = self.facts;
-        let (d, c, n) = (f.d, f.outputs, dual.rows);
-        let dim = f.dims.first().copied().unwrap_or(0);
-        let rows = RowStats::bytes_for(n, dim, c);
-        let solve = RowStats::solve_bytes(n, c, matches!(dual.lambda, LambdaChoice::Gcv { .. }));
-        let chunk = chunk_rows_for(self.checked.spec().run.chunk_rows, dim, true);
-        let buffers = (4 * chunk * (d * 4 + 2 * dim)) as u64;
-        let maps = if f.map_bytes > 0 { format!(", maps {}", mib(f.map_bytes)) } else { String::new() };
-        let line = format!(
-            "memory: {n} rows ≤ D/2 = {}: the mapped rows are kept {} instead of the Gram {}, chunk buffers {}{maps}, solve {} (dual path: the {n} × {n} kernel matrix); d = {d} in {} file(s)",
-            dim / 2,
-            mib(rows),
-            mib(GramStats::bytes_for(dim, c)),
-            mib(buffers),
-            mib(solve),
-            f.files,
-        );
-        let needed = rows + solve + buffers + f.map_bytes + f.fetch_bytes;
-        self.with_model_write(MemoryPlan::new(rows, buffers, solve, needed, self.limit, line))
     }
 }
 

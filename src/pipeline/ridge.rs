@@ -94,7 +94,7 @@ pub(crate) fn direct(
     report: Option<&mut Reporter>,
     keep: Option<Keep<'_>>,
 ) -> Result<(Ridge, Vec<f64>)> {
-    let in_place = solve.in_place && solve.path.is_cholesky();
+    let in_place = solve.consumes();
     let dim = stats.dim();
     let mut report = report;
     if let (true, Some(r)) = (in_place, report.as_deref_mut()) {
@@ -138,7 +138,7 @@ pub(crate) fn primal(
     if solve.path != SolvePath::Eigen {
         let cl = labeled.moments();
         let (ridge, eigenvalues) = direct(labeled, solve, lambda, ctx.threads, Some(ctx.report), keep)?;
-        let in_place = solve.in_place && solve.path.is_cholesky();
+        let in_place = solve.consumes();
         return Ok(Solved { shift, in_place, ..Solved::on_all_features(ridge, solve.path, cl, eigenvalues) });
     }
     let use_pca = pca_plan.is_some();

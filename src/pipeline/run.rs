@@ -70,7 +70,7 @@ pub fn train_prepared(
     // (a solve killed after that write) has its state on disk already.
     let resumed = report.report.resumed.as_ref();
     let on_disk = resumed.is_some_and(|r| r.pass == acc.pass() && r.units_done == units.len());
-    let keeper = opts.checkpoint.as_deref().filter(|_| plan.factors_in_place()).map(|path| {
+    let keeper = opts.checkpoint.as_deref().filter(|_| plan.consumes_statistics()).map(|path| {
         let checkpointer =
             Checkpointer { path, every: 0, since: 0, fingerprint: &prep.fingerprint, passes: checked.passes() };
         BeforeSolve::new(checkpointer, acc.pass(), &units, on_disk)

@@ -173,3 +173,44 @@ fn a_kill_inside_an_in_place_factorisation_resumes_from_the_state_it_wrote_first
     assert_eq!(std::fs::read(&model).unwrap(), want, "resumed from the pre-solve checkpoint, the model differs");
     assert!(!ckpt.exists());
 }
+
+#[test]
+fn a_refit_in_place_keeps_the_pass_without_the_held_out_rows() {
+    if !cfg!(debug_assertions) {
+        eprintln!("skipped: the fault-injection hook is compiled out of release builds");
+        return;
+    }
+    // λ by validation rows, then the refit at that λ on training ∪ validation: at
+    // D = 8192 its copy (277 MB) passes what a solve copies when the statistics are on
+    // disk, so it merges the validation rows into the pass's statistics and factors them
+    // in place. The pass (training rows only) goes to the checkpoint first; a kill inside
+    // the factor resumes from it, with no pass, to a model of 1,500 rows — a checkpoint of
+    // the merged statistics would count the validation rows twice.
+    let dir = TempDir::new("resume-refit");
+    write_data(&dir.path("train.parquet"), 1200, 200, 5);
+    write_data(&dir.path("valid.parquet"), 300, 300, 6);
+    let body = CLASSIFY
+        .replace("train = [\"train.parquet\"]", "train = [\"train.parquet\"]\nvalidation = [\"valid.parquet\"]")
+        .replace("dim = 96", "dim = 8192")
+        .replace("[[stages]]\nkind = \"identity\"\n[pca]\ncomponents = 40\n", "")
+        + "[ridge]\nlambda = \"gcv\"\n";
+    let p = pipeline(&dir, &body);
+    let model = dir.path("m.sfm");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sketchfit"))
+        .args(["train", &p, "-o", model.to_str().unwrap(), "-q"])
+        .env("SKETCHFIT_TEST_ABORT_IN_SOLVE", "1")
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0), "the hook must stop the run inside the refit");
+    assert!(!model.exists() && dir.path("m.sfm.ckpt").exists(), "{}", stderr(&out));
+    let json = dir.path("m.json");
+    let out =
+        sketchfit(&["train", &p, "-o", model.to_str().unwrap(), "-q", "--resume", "--report", json.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let r = report(&json);
+    assert_eq!(r["plan"]["refit"], serde_json::json!({"path": "cholesky", "in_place": true}), "{r}");
+    assert_eq!((&r["resumed"]["units_done"], &r["solve"]["in_place"]), (&6.into(), &true.into()), "{r}");
+    let m = sketchfit::Model::load(&model).unwrap();
+    assert_eq!(m.header.rows, 1500, "training and validation rows, each once");
+    assert!(!dir.path("m.sfm.ckpt").exists());
+}

@@ -112,6 +112,12 @@ impl Accumulation for Folds {
         }
         let grid = Grid { grid: grid_of(&total), c: total.c };
         let choice = KFoldScores { folds: &folds, total: &total, metric: ctx.checked.metric }.select(&grid, ctx)?;
+        if plan.refit.consumes() {
+            // The folds are freed for the refit, which factors their sum in place: keep them.
+            if let Some(k) = ctx.keeper {
+                k.keep(&folds.iter().enumerate().map(|(i, s)| (format!("fold{i}"), s)).collect::<Vec<_>>())?;
+            }
+        }
         drop(folds);
         // The model of all rows at that λ: one Cholesky (or the path ridge.solver names).
         let start = Instant::now();

@@ -119,10 +119,14 @@ impl Accumulation for Primal {
         let refit_solve = plan.refit.unwrap_or(plan.solve);
         let pca = plan.pca;
         let mut refit = |held_out: &GramStats, lambdas: &[f64], ctx: &mut SolveCtx<'_>| {
+            let (solve, lambda) = refit_lambda(refit_solve, lambdas);
+            if solve.consumes() {
+                // The merge ends the pass's own statistics and the factor consumes them.
+                keep(&labeled)?;
+            }
             labeled
                 .merge(held_out)
                 .map_err(|e| Error::bug_from("validation statistics merge with the training statistics", e))?;
-            let (solve, lambda) = refit_lambda(refit_solve, lambdas);
             primal(&mut labeled, unlabeled.as_ref(), (solve, pca.as_ref()), lambda, ctx, None)
         };
         settle(solved, plan.selection, &mut refit, ctx, start)

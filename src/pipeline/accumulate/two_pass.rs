@@ -173,9 +173,13 @@ impl Accumulation for TwoPassRun {
         let solved = with_stages(primal(&mut p2, None, (plan.solve, None), lambda, ctx, Some(&mut keep))?);
         let refit_solve = plan.refit.unwrap_or(plan.solve);
         let mut refit = |held_out: &GramStats, lambdas: &[f64], ctx: &mut SolveCtx<'_>| {
+            let (solve, lambda) = refit_lambda(refit_solve, lambdas);
+            if solve.consumes() {
+                // The merge ends pass two's own statistics and the factor consumes them.
+                keep(&p2)?;
+            }
             p2.merge(held_out)
                 .map_err(|e| Error::bug_from("validation statistics merge with the training statistics", e))?;
-            let (solve, lambda) = refit_lambda(refit_solve, lambdas);
             Ok(with_stages(primal(&mut p2, None, (solve, None), lambda, ctx, None)?))
         };
         let mut solution = settle(solved, plan.selection, &mut refit, ctx, start)?;

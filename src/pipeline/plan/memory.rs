@@ -3,8 +3,12 @@
 
 use serde::Serialize;
 
+use super::Dual;
 use crate::error::{Error, Result};
 use crate::pipeline::check::CheckedPipeline;
+use crate::solve::dual::RowStats;
+use crate::solve::LambdaChoice;
+use crate::stats::GramStats;
 
 /// The memory a plan needs, as stated before the pass.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -102,5 +106,45 @@ impl super::PcaPlan {
             }
             None => crate::solve::SolvePath::Eigen.bytes(dim, c),
         }
+    }
+}
+
+impl super::Planner<'_> {
+    /// The model's write after the statistics are freed: its arrays encoded, decoded
+    /// again and the maps rebuilt from them (the read-back check), beside the maps still
+    /// held — three copies of the stored parameters besides their own. For the random
+    /// maps that is megabytes; a Nyström model stores its landmarks and factor (3.5 GB
+    /// at M = 40,960), and then it can exceed the pass.
+    pub(super) fn with_model_write(&self, mut plan: MemoryPlan) -> MemoryPlan {
+        let f = self.facts;
+        let dim = f.dims.iter().copied().max().unwrap_or(0) as u64;
+        let write = 3 * f.map_bytes + 16 * dim * f.outputs as u64;
+        if f.map_bytes > 0 {
+            plan.line += &format!("; the model's write and read-back {} beside the maps", mib(write));
+        }
+        plan.needed = plan.needed.max(f.map_bytes + write);
+        plan
+    }
+
+    pub(super) fn dual_memory(&self, dual: &Dual) -> MemoryPlan {
+        let f = self.facts;
+        let (d, c, n) = (f.d, f.outputs, dual.rows);
+        let dim = f.dims.first().copied().unwrap_or(0);
+        let rows = RowStats::bytes_for(n, dim, c);
+        let solve = RowStats::solve_bytes(n, c, matches!(dual.lambda, LambdaChoice::Gcv { .. }));
+        let chunk = chunk_rows_for(self.checked.spec().run.chunk_rows, dim, true);
+        let buffers = (4 * chunk * (d * 4 + 2 * dim)) as u64;
+        let maps = if f.map_bytes > 0 { format!(", maps {}", mib(f.map_bytes)) } else { String::new() };
+        let line = format!(
+            "memory: {n} rows ≤ D/2 = {}: the mapped rows are kept {} instead of the Gram {}, chunk buffers {}{maps}, solve {} (dual path: the {n} × {n} kernel matrix); d = {d} in {} file(s)",
+            dim / 2,
+            mib(rows),
+            mib(GramStats::bytes_for(dim, c)),
+            mib(buffers),
+            mib(solve),
+            f.files,
+        );
+        let needed = rows + solve + buffers + f.map_bytes + f.fetch_bytes;
+        self.with_model_write(MemoryPlan::new(rows, buffers, solve, needed, self.limit, line))
     }
 }
