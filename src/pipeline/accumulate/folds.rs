@@ -87,7 +87,7 @@ impl Accumulation for Folds {
         Ok(())
     }
     fn state(&self) -> Result<Vec<(String, &GramStats)>> {
-        Ok(self.folds.iter().enumerate().map(|(i, s)| (format!("fold{i}"), s)).collect())
+        Ok(named(&self.folds))
     }
     fn size_bytes(&self) -> u64 {
         self.folds.iter().map(GramStats::size_bytes).sum()
@@ -115,7 +115,7 @@ impl Accumulation for Folds {
         if plan.refit.consumes() {
             // The folds are freed for the refit, which factors their sum in place: keep them.
             if let Some(k) = ctx.keeper {
-                k.keep(&folds.iter().enumerate().map(|(i, s)| (format!("fold{i}"), s)).collect::<Vec<_>>())?;
+                k.keep(&named(&folds))?;
             }
         }
         drop(folds);
@@ -136,4 +136,9 @@ impl Accumulation for Folds {
         solution.score = choice.score;
         Ok(solution)
     }
+}
+
+/// The folds as a checkpoint names them ([`Folds::from_blocks`] reads these names).
+fn named(folds: &[GramStats]) -> Vec<(String, &GramStats)> {
+    folds.iter().enumerate().map(|(i, s)| (format!("fold{i}"), s)).collect()
 }
