@@ -22,6 +22,17 @@ fn train_with_abort(
     cmd.output().unwrap()
 }
 
+/// `train` (resuming if asked) stopped by the test hook inside the in-place solve, once
+/// the state is on disk.
+fn killed_in_solve(p: &str, model: &std::path::Path, resume: bool) -> std::process::Output {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_sketchfit"));
+    cmd.args(["train", p, "-o", model.to_str().unwrap(), "-q"]);
+    if resume {
+        cmd.arg("--resume");
+    }
+    cmd.env("SKETCHFIT_TEST_ABORT_IN_SOLVE", "1").output().unwrap()
+}
+
 #[test]
 fn killed_runs_resume_to_the_same_model_in_one_and_two_pass_mode() {
     if !cfg!(debug_assertions) {
@@ -138,11 +149,7 @@ fn a_kill_inside_an_in_place_factorisation_resumes_from_the_state_it_wrote_first
     assert_eq!(r["checkpointed_before_solve"], true, "{r}");
     let want = std::fs::read(&whole).unwrap();
     let model = dir.path("killed.sfm");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sketchfit"))
-        .args(["train", &p, "-o", model.to_str().unwrap(), "-q"])
-        .env("SKETCHFIT_TEST_ABORT_IN_SOLVE", "1")
-        .output()
-        .unwrap();
+    let out = killed_in_solve(&p, &model, false);
     assert_ne!(out.status.code(), Some(0), "the hook must stop the run inside the solve");
     assert!(!model.exists(), "a killed run leaves no model");
     assert!(dir.path("killed.sfm.ckpt").exists(), "the state went to the checkpoint before the factorisation");
@@ -156,11 +163,7 @@ fn a_kill_inside_an_in_place_factorisation_resumes_from_the_state_it_wrote_first
         (m.ino(), m.mtime(), m.mtime_nsec())
     };
     let before = stamp(&ckpt);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sketchfit"))
-        .args(["train", &p, "-o", model.to_str().unwrap(), "-q", "--resume"])
-        .env("SKETCHFIT_TEST_ABORT_IN_SOLVE", "1")
-        .output()
-        .unwrap();
+    let out = killed_in_solve(&p, &model, true);
     assert_ne!(out.status.code(), Some(0), "the hook must stop the resumed run inside the solve");
     assert_eq!(stamp(&ckpt), before, "the resumed run rewrote the checkpoint it had read");
     let json = dir.path("resumed.json");
@@ -196,11 +199,7 @@ fn a_refit_in_place_keeps_the_pass_without_the_held_out_rows() {
         + "[ridge]\nlambda = \"gcv\"\n";
     let p = pipeline(&dir, &body);
     let model = dir.path("m.sfm");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sketchfit"))
-        .args(["train", &p, "-o", model.to_str().unwrap(), "-q"])
-        .env("SKETCHFIT_TEST_ABORT_IN_SOLVE", "1")
-        .output()
-        .unwrap();
+    let out = killed_in_solve(&p, &model, false);
     assert_ne!(out.status.code(), Some(0), "the hook must stop the run inside the refit");
     assert!(!model.exists() && dir.path("m.sfm.ckpt").exists(), "{}", stderr(&out));
     let json = dir.path("m.json");
