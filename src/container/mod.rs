@@ -232,7 +232,32 @@ pub type FileArrays<H> = (H, std::collections::BTreeMap<String, Vec<f64>>);
 /// arrays (no copy of the file in memory), and verifies it before returning anything; with
 /// `keep` false only verifies. An array must lie within the file, so nothing larger than
 /// the file is ever allocated.
-pub fn read_file<H: Header>(mut f: std::fs::File, keep: bool) -> std::result::Result<FileArrays<H>, ContainerError> {
+pub fn read_file<H: Header>(f: std::fs::File, keep: bool) -> std::result::Result<FileArrays<H>, ContainerError> {
+    let mut arrays = std::collections::BTreeMap::new();
+    let header = scan_file::<H>(f, keep, |name, len, at, values| {
+        if keep {
+            let v: &mut Vec<f64> = arrays.entry(name.to_string()).or_default();
+            if at == 0 {
+                v.reserve_exact(len);
+            }
+            v.extend_from_slice(values);
+        }
+        Ok(())
+    })?;
+    Ok((header, arrays))
+}
+
+/// Streams a container's f64 arrays from an open file a block at a time, in name order:
+/// `visit(name, len, at, values)` gets `values` of the array `name` (`len` values in all)
+/// from index `at`. The checksum is known only at the end, so nothing computed from the
+/// values may be used before this returns `Ok` (a damaged file is refused then, as the
+/// whole-file readers refuse it). `f64_only`: an array of another type is refused
+/// (otherwise it is checksummed and never visited).
+pub fn scan_file<H: Header>(
+    mut f: std::fs::File,
+    f64_only: bool,
+    mut visit: impl FnMut(&str, usize, usize, &[f64]) -> std::result::Result<(), ContainerError>,
+) -> std::result::Result<H, ContainerError> {
     use std::io::{Read, Seek, SeekFrom};
     let bad = |e: std::io::Error| ContainerError::NotSafetensors(e.to_string());
     let size = f.metadata().map_err(bad)?.len();
@@ -252,7 +277,7 @@ pub fn read_file<H: Header>(mut f: std::fs::File, keep: bool) -> std::result::Re
         .and_then(|v| v.as_str())
         .ok_or(ContainerError::Foreign(H::WHAT))?;
     let mut header = check_header::<H>(json)?;
-    let mut ranges: Vec<(String, u64, u64)> = Vec::new();
+    let mut ranges: Vec<(String, u64, u64, bool)> = Vec::new();
     for (name, info) in meta.as_object().into_iter().flatten().filter(|(k, _)| *k != "__metadata__") {
         let off = info.get("data_offsets").and_then(|o| o.as_array());
         let at = |i: usize| off.and_then(|o| o.get(i)).and_then(|v| v.as_u64());
@@ -269,11 +294,12 @@ pub fn read_file<H: Header>(mut f: std::fs::File, keep: bool) -> std::result::Re
             _ => 1,
         };
         let fits = |a: u64, b: u64| elements.flatten().and_then(|e| e.checked_mul(width)) == Some(b - a);
+        let is_f64 = dtype == Some("F64");
         match (at(0), at(1)) {
-            (Some(a), Some(b)) if a <= b && 8 + n + b <= size && fits(a, b) && (!keep || dtype == Some("F64")) => {
-                ranges.push((name.clone(), a, b))
+            (Some(a), Some(b)) if a <= b && 8 + n + b <= size && fits(a, b) && (!f64_only || is_f64) => {
+                ranges.push((name.clone(), a, b, is_f64))
             }
-            (Some(_), Some(_)) if keep && dtype != Some("F64") => return Err(ContainerError::Shape(name.clone())),
+            (Some(_), Some(_)) if f64_only && !is_f64 => return Err(ContainerError::Shape(name.clone())),
             _ => return Err(ContainerError::NotSafetensors(format!("array '{name}' does not lie within the file"))),
         }
     }
@@ -284,35 +310,34 @@ pub fn read_file<H: Header>(mut f: std::fs::File, keep: bool) -> std::result::Re
         h.update(bare.as_bytes());
     }
     let mut buf = vec![0u8; 1 << 20];
-    let mut arrays = std::collections::BTreeMap::new();
-    for (name, a, b) in &ranges {
+    let mut values = Vec::with_capacity(buf.len() / 8);
+    for (name, a, b, is_f64) in &ranges {
         f.seek(SeekFrom::Start(8 + n + a)).map_err(bad)?;
         let mut left = b - a;
-        let mut values = Vec::new();
-        if keep {
-            if left % 8 != 0 {
-                return Err(ContainerError::Shape(name.clone()));
-            }
-            values.reserve_exact((left / 8) as usize);
+        let len = (left / 8) as usize;
+        let mut at = 0;
+        if *is_f64 && len == 0 {
+            // An empty array is visited too (an unlabeled block's targets), once.
+            visit(name, 0, 0, &[])?;
         }
         while left > 0 {
-            // Whole f64s per block (the buffer is a multiple of 8).
+            // Whole f64s per block (the buffer is a multiple of 8, an F64 array's bytes too).
             let take = left.min(buf.len() as u64) as usize;
             f.read_exact(&mut buf[..take]).map_err(bad)?;
             h.update(&buf[..take]);
-            if keep {
+            if *is_f64 {
+                values.clear();
                 values.extend(buf[..take].chunks_exact(8).map(|c| f64::from_le_bytes(std::array::from_fn(|i| c[i]))));
+                visit(name, len, at, &values)?;
+                at += values.len();
             }
             left -= take as u64;
-        }
-        if keep {
-            arrays.insert(name.clone(), values);
         }
     }
     if *header.checksum_mut() != h.hex() {
         return Err(ContainerError::Checksum(H::WHAT));
     }
-    Ok((header, arrays))
+    Ok(header)
 }
 
 /// FNV-1a 64 of a whole file, read a block at a time (a file's identity, as

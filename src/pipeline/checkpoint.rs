@@ -87,6 +87,15 @@ impl KeepState for BeforeSolve<'_> {
         }
         Ok(())
     }
+
+    fn spill_path(&self) -> Option<std::path::PathBuf> {
+        let path = self.checkpointer.path;
+        (!crate::remote::is_remote(path)).then(|| {
+            let mut spill = crate::remote::local(path).into_os_string();
+            spill.push(".gram");
+            spill.into()
+        })
+    }
 }
 
 /// The state a checkpoint holds, for `plan`, and the units it had done. The fingerprint

@@ -84,6 +84,10 @@ pub struct RidgeSolve {
     pub path: SolvePath,
     /// The Cholesky factors the statistics' own Gram (it is on disk, or a copy would not fit).
     pub in_place: bool,
+    /// The mixed-precision factor takes the Gram's own memory (it does not fit beside the
+    /// statistics), the f64 Gram spilled to a file beside the checkpoint meanwhile.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub spill: bool,
 }
 
 impl RidgeSolve {
@@ -230,6 +234,16 @@ impl Plan {
         }
     }
 
+    /// The first solve's mixed-precision factor takes the Gram's memory, the f64 Gram
+    /// spilled to disk.
+    pub fn spills(&self) -> bool {
+        match self {
+            Plan::Primal(p) => p.solve.spill,
+            Plan::TwoPass(t) => t.solve.spill,
+            _ => false,
+        }
+    }
+
     /// The path named in the model and the memory line.
     pub fn path(&self) -> SolvePath {
         match self {
@@ -285,9 +299,11 @@ impl Planner<'_> {
             // The refit is at a fixed λ: `auto` factors once; a named path is kept.
             let refit = match c.learner {
                 Learner::Ridge { solver: SolvePath::Tridiagonal } => {
-                    RidgeSolve { path: SolvePath::Tridiagonal, in_place: false }
+                    RidgeSolve { path: SolvePath::Tridiagonal, in_place: false, spill: false }
                 }
-                Learner::Ridge { solver: SolvePath::Eigen } => RidgeSolve { path: SolvePath::Eigen, in_place: false },
+                Learner::Ridge { solver: SolvePath::Eigen } => {
+                    RidgeSolve { path: SolvePath::Eigen, in_place: false, spill: false }
+                }
                 Learner::Ridge { solver: SolvePath::CholeskyF32 } => self.cholesky(SolvePath::CholeskyF32, dim, 1),
                 _ => self.cholesky(SolvePath::Cholesky, dim, 1),
             };
@@ -346,31 +362,18 @@ impl Planner<'_> {
             SolvePath::Auto | SolvePath::Dual => SolvePath::Tridiagonal,
             path => path,
         };
-        Ok(if path.is_cholesky() { self.cholesky(path, dim, sets) } else { RidgeSolve { path, in_place: false } })
+        Ok(match path {
+            SolvePath::CholeskyF32 => self.mixed_where_it_fits(self.cholesky(path, dim, sets), dim, sets, false),
+            SolvePath::Cholesky => self.cholesky(path, dim, sets),
+            path => RidgeSolve { path, in_place: false, spill: false },
+        })
     }
 
     /// The one factor `auto` takes for a fixed λ > 0: mixed-precision where it pays and
     /// fits, else the f64 Cholesky.
     fn auto_factor(&self, dim: usize, sets: u64) -> RidgeSolve {
         let path = if self.f32_factor_pays(dim) { SolvePath::CholeskyF32 } else { SolvePath::Cholesky };
-        self.mixed_where_it_fits(self.cholesky(path, dim, sets), dim, sets)
-    }
-
-    /// `auto` keeps the mixed solve only where its f32 factor fits beside the statistics
-    /// (in place, the f64 Cholesky needs nothing more), counted as the memory line counts
-    /// it (`gram_memory`).
-    fn mixed_where_it_fits(&self, solve: RidgeSolve, dim: usize, sets: u64) -> RidgeSolve {
-        let path = solve.path;
-        let f = self.facts;
-        let chunk = chunk_rows_for(self.checked.spec().run.chunk_rows, dim, false);
-        let resident = if self.opts.from_parts { 0 } else { sets * GramStats::bytes_for(dim, f.outputs) }
-            + self.buffers(chunk, f.d, dim)
-            + f.map_bytes;
-        let fits = self.limit.is_none_or(|l| resident + path.in_place_bytes(dim, f.outputs) <= l);
-        if solve.in_place && !fits {
-            return self.cholesky(SolvePath::Cholesky, dim, sets);
-        }
-        solve
+        self.mixed_where_it_fits(self.cholesky(path, dim, sets), dim, sets, true)
     }
 
     /// `auto` factors in f32 and refines (math.md §13.11) where the run already accepted
@@ -393,7 +396,7 @@ impl Planner<'_> {
         let stats = if self.opts.from_parts { 0 } else { sets * GramStats::bytes_for(dim, c) };
         let fits = self.limit.is_none_or(|l| stats + copy <= l);
         let in_place = !fits || (self.opts.stats_on_disk && copy > COPY_WHEN_ON_DISK_MAX);
-        RidgeSolve { path, in_place }
+        RidgeSolve { path, in_place, spill: false }
     }
 
     /// The refit after a held-out choice: at a shared λ on all features the path `auto`
@@ -497,7 +500,11 @@ impl Planner<'_> {
         let path = plan.path();
         // The chunk buffers are gone by the solve: the copy has to fit beside the statistics.
         let in_place = plan.factors_in_place();
-        let solve = if in_place { path.in_place_bytes(solve_dim, c) } else { path.bytes(solve_dim, c) };
+        let solve = match (in_place, plan.spills()) {
+            (true, true) => SolvePath::spilled_bytes(solve_dim, c),
+            (true, false) => path.in_place_bytes(solve_dim, c),
+            (false, _) => path.bytes(solve_dim, c),
+        };
         // Where a PCA runs, its own memory: block Krylov keeps a basis, not the dense path's
         // 3·D²; two passes decompose each stage's statistics before pass two's solve.
         let (solve, path_name) = match plan {
@@ -556,9 +563,13 @@ impl Planner<'_> {
             mib(solve),
             path_name,
             match (in_place, path) {
-                (true, SolvePath::CholeskyF32) => ", in place: the f32 factor beside the statistics, which an f64 fallback would checkpoint and factor themselves",
-                (true, _) => ", in place on the statistics, which are checkpointed first",
-                (false, _) => "",
+                (true, SolvePath::CholeskyF32) if plan.spills() => format!(
+                    ", in place: the f32 factor in the Gram's own memory, refined against the Gram spilled beside the checkpoint ({} on disk)",
+                    mib(8 * crate::stats::TriGram::len_for(solve_dim) as u64)
+                ),
+                (true, SolvePath::CholeskyF32) => ", in place: the f32 factor beside the statistics, which an f64 fallback would checkpoint and factor themselves".into(),
+                (true, _) => ", in place on the statistics, which are checkpointed first".into(),
+                (false, _) => String::new(),
             },
             f.labeled_rows + f.unlabeled_rows,
             f.files,

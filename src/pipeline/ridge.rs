@@ -92,15 +92,26 @@ pub(crate) fn direct(
     lambda: LambdaChoice,
     threads: usize,
     report: Option<&mut Reporter>,
-    keep: Option<Keep<'_>>,
+    (keep, spill): (Option<Keep<'_>>, Option<&std::path::Path>),
 ) -> Result<(Ridge, Vec<f64>)> {
+    let mut solve = solve;
+    if solve.spill && spill.is_none() {
+        // Nowhere to spill the Gram (the planner spills only beside a local checkpoint):
+        // the f64 factor in place needs no more memory.
+        solve = RidgeSolve { path: SolvePath::Cholesky, in_place: true, spill: false };
+    }
+    let spill = spill.filter(|_| solve.spill && solve.consumes());
     let in_place = solve.consumes();
     let dim = stats.dim();
     let mut report = report;
     if let (true, Some(r)) = (in_place, report.as_deref_mut()) {
-        r.say(match solve.path {
-            SolvePath::CholeskyF32 => "solve: an f64 fallback would factor in place on the statistics (they are on disk, or a copy of the Gram would not fit)",
-            _ => "solve: factoring in place on the statistics (they are on disk, or a copy of the Gram would not fit)",
+        r.say(match (solve.path, spill) {
+            (SolvePath::CholeskyF32, Some(path)) => format!(
+                "solve: the f32 factor takes the statistics' own memory; their Gram is spilled to {} and read back by each refinement step",
+                path.display()
+            ),
+            (SolvePath::CholeskyF32, None) => "solve: an f64 fallback would factor in place on the statistics (they are on disk, or a copy of the Gram would not fit)".into(),
+            _ => "solve: factoring in place on the statistics (they are on disk, or a copy of the Gram would not fit)".into(),
         });
     }
     // Statistics that nothing keeps (no checkpoint, or a copy of them) are consumed as they are.
@@ -110,7 +121,7 @@ pub(crate) fn direct(
         (true, Some(k)) => Some(&mut *k),
         (true, None) => Some(&mut nothing),
     };
-    let d = Ridge::direct(stats, solve.path, lambda, keep, threads)?;
+    let d = Ridge::direct(stats, solve.path, lambda, keep, spill, threads)?;
     if let (Some(rank), Some(r)) = (d.rank, report) {
         r.say(format!("note: the covariance has numerical rank {rank} of {dim}"));
     }
@@ -132,12 +143,14 @@ pub(crate) fn primal(
     enough_rows(labeled.n)?;
     // λ = 0 (a grid of a zero spectrum) is the pseudo-inverse: the Cholesky cannot take it.
     if solve.path.is_cholesky() && !matches!(lambda, LambdaChoice::Fixed(l) if l > 0.0) {
-        solve = RidgeSolve { path: SolvePath::Eigen, in_place: false };
+        solve = RidgeSolve { path: SolvePath::Eigen, in_place: false, spill: false };
     }
     let shift = labeled.shift.clone();
     if solve.path != SolvePath::Eigen {
         let cl = labeled.moments();
-        let (ridge, eigenvalues) = direct(labeled, solve, lambda, ctx.threads, Some(ctx.report), keep)?;
+        let spill = ctx.keeper.and_then(|k| k.spill_path());
+        let (ridge, eigenvalues) =
+            direct(labeled, solve, lambda, ctx.threads, Some(ctx.report), (keep, spill.as_deref()))?;
         let in_place = solve.consumes();
         return Ok(Solved { shift, in_place, ..Solved::on_all_features(ridge, solve.path, cl, eigenvalues) });
     }
@@ -299,9 +312,10 @@ pub(crate) fn refit_lambda(solve: RidgeSolve, lambdas: &[f64]) -> (RidgeSolve, L
     let shared = lambdas.windows(2).all(|w| w[0] == w[1]) && lambdas.first().is_some_and(|&l| l > 0.0);
     match (solve.path, shared) {
         (path, true) if path.is_cholesky() => (solve, LambdaChoice::Fixed(lambdas[0])),
-        (path, false) if path.is_cholesky() => {
-            (RidgeSolve { path: SolvePath::Tridiagonal, in_place: false }, LambdaChoice::Gcv { per_output: true })
-        }
+        (path, false) if path.is_cholesky() => (
+            RidgeSolve { path: SolvePath::Tridiagonal, in_place: false, spill: false },
+            LambdaChoice::Gcv { per_output: true },
+        ),
         _ => (solve, LambdaChoice::Gcv { per_output: !shared }),
     }
 }

@@ -41,6 +41,12 @@ pub(crate) struct SolveCtx<'a> {
 pub(crate) trait KeepState: Sync {
     /// Keeps `blocks`; an error stops the solve with them whole.
     fn keep(&self, blocks: &[(String, &GramStats)]) -> crate::error::Result<()>;
+
+    /// A local file beside the kept state where a solve may spill a Gram it needs back
+    /// while its memory holds something else (none: the state is not on local disk).
+    fn spill_path(&self) -> Option<std::path::PathBuf> {
+        None
+    }
 }
 
 impl<'a> SolveCtx<'a> {

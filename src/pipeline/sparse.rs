@@ -69,7 +69,7 @@ impl Basis {
         };
         // In the PCA basis the labeled covariance is diagonal (its eigenvalues), and the
         // rotated right-hand sides are what ridge's eigen path computes.
-        let eigen = RidgeSolve { path: SolvePath::Eigen, in_place: false };
+        let eigen = RidgeSolve { path: SolvePath::Eigen, in_place: false, spill: false };
         let solved =
             primal(labeled, unlabeled, (eigen, Some(pca)), LambdaChoice::Gcv { per_output: false }, ctx, None)?;
         let Ridge::Eigen(problem) = solved.ridge else {

@@ -7,14 +7,26 @@
 //! converge — `κ(A)·2⁻²⁴` near 1 or above, an ill-conditioned λ — it stops falling, the
 //! f32 factor is dropped, and the f64 factorisation takes over (of a copy, or of the
 //! statistics' own Gram where the plan factors in place).
+//!
+//! Where the f32 factor does not fit beside the f64 statistics (D = 65,536 in 24 GiB: 8 GiB
+//! beside 16), the Gram is spilled to a verified file beside the run's checkpoint and its
+//! memory handed to the f32 factor a tile row at a time; each refinement step streams the
+//! f64 Gram back from that file for `G W`, and a fallback reads it back to factor in f64.
 
-use faer::Mat;
+use std::path::Path;
+
+use faer::linalg::matmul::matmul;
+use faer::linalg::matmul::triangular::{self, BlockStructure};
+use faer::{Accum, Mat, MatRef, Par};
 use serde::{Deserialize, Serialize};
 
 use super::cholesky::{centred_rhs, consumed, folded, ridge_fixed, Keep};
 use super::symmetric::symmetric_times;
-use crate::error::Result;
-use crate::stats::{factor_tiles, parallel, solve_tiles, split_tiles, tile_len, GramStats, TILE};
+use crate::error::{Error, Result};
+use crate::stats::{
+    factor_tiles, gram_tiles_from_file, parallel, solve_tiles, split_tiles, stats_from_file, stats_to_file, tile_len,
+    tile_range, GramStats, TriGram, TILE,
+};
 
 /// The residual at which refinement stops: `‖B − AW‖_F ≤ 10⁻¹² ‖B‖_F`, where the
 /// weights agree with the f64 factorisation's to about `κ(A)·10⁻¹²`.
@@ -39,15 +51,24 @@ pub struct Refinement {
 /// Ridge weights at one λ > 0 for every output by the f32 factor refined against the
 /// statistics. `in_place`: a fallback factors the statistics' own Gram (consumed, once
 /// `in_place` has kept them) rather than a copy; a refinement that converges consumes
-/// nothing. Returns `W` (row-major `D × c`), `b` and how the refinement ended.
+/// nothing. `spill`: the f32 factor takes the Gram's memory instead (consumed, once kept),
+/// the f64 Gram written to this file and streamed back from it by each refinement step
+/// (removed when the solve ends). Returns `W` (row-major `D × c`), `b` and how the
+/// refinement ended.
 pub fn ridge_refined(
     stats: &mut GramStats,
     in_place: Option<Keep<'_>>,
+    spill: Option<&Path>,
     lambda: f64,
     threads: usize,
 ) -> Result<(Vec<f64>, Vec<f64>, Refinement)> {
+    if let Some(path) = spill {
+        return spilled(stats, in_place, path, lambda, threads);
+    }
     let b = centred_rhs(stats);
-    let stalled = match refine(stats, &b, lambda, threads) {
+    let l32 = rounded(stats, lambda, threads);
+    let times = |w: &Mat<f64>| Ok(symmetric_times(&stats.gram, w.as_ref(), threads));
+    let stalled = match refine(l32, stats, &b, lambda, threads, &times)? {
         Ok((w, refinement)) => {
             let (weights, bias) = folded(stats, &w);
             return Ok((weights, bias, refinement));
@@ -59,38 +80,171 @@ pub fn ridge_refined(
     Ok((weights, bias, stalled))
 }
 
-/// `A = G − s sᵀ/n + λI` rounded to f32, in the Gram's tile layout, tiles split over
-/// threads: the centring is done in f64 before rounding, as the f64 path does it.
+/// The block name of a spill file's one set of statistics.
+const SPILLED: &str = "spilled";
+
+/// Removes the spill file when the solve ends, however it ends.
+struct Spilled<'a>(&'a Path);
+
+impl Drop for Spilled<'_> {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.0);
+    }
+}
+
+/// [`ridge_refined`] with the f32 factor in the Gram's memory: the statistics kept, the
+/// Gram written to `path` (read back before it is used), then rounded into the factor's
+/// storage a tile row at a time from the last, each row's f64 memory freed as it goes.
+fn spilled(
+    stats: &mut GramStats,
+    in_place: Option<Keep<'_>>,
+    path: &Path,
+    lambda: f64,
+    threads: usize,
+) -> Result<(Vec<f64>, Vec<f64>, Refinement)> {
+    if let Some(keep) = in_place {
+        keep(stats)?;
+    }
+    let _remove = Spilled(path);
+    stats_to_file(path, &[(SPILLED, &*stats)], serde_json::json!({ "kind": "spilled Gram" }))?;
+    let b = centred_rhs(stats);
+    let gram = std::mem::replace(&mut stats.gram, TriGram::zeros(0));
+    let dim = gram.dim();
+    let l32 = rounded_taking(gram, stats, lambda, threads);
+    let bad = |e: crate::container::ContainerError| Error::BadModel {
+        path: path.to_path_buf(),
+        message: format!("the Gram spilled for the mixed-precision solve: {e}"),
+    };
+    let times = |w: &Mat<f64>| streamed_times(path, dim, w).map_err(bad);
+    let stalled = match refine(l32, stats, &b, lambda, threads, &times)? {
+        Ok((w, refinement)) => {
+            let (weights, bias) = folded(stats, &w);
+            return Ok((weights, bias, refinement));
+        }
+        Err(stalled) => stalled,
+    };
+    // The f32 factor is gone: the f64 Gram comes back from the file and is factored.
+    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let (mut blocks, _) = stats_from_file(file).map_err(bad)?;
+    let work = match blocks.pop() {
+        Some((name, back)) if name == SPILLED && back.gram.dim() == dim => back.gram,
+        _ => return Err(bad(crate::container::ContainerError::Missing(SPILLED.into()))),
+    };
+    let (weights, bias) = ridge_fixed(stats, work, lambda, threads)?;
+    Ok((weights, bias, stalled))
+}
+
+/// One tile of `A = G − s sᵀ/n + λI` rounded to f32: the centring in f64 before rounding,
+/// as the f64 path does it.
+fn round_tile(stats: &GramStats, (ti, tj): (usize, usize), tile: &[f64], out: &mut [f32], lambda: f64) {
+    let dim = stats.dim();
+    let inv = if stats.n > 0 { 1.0 / stats.n as f64 } else { 0.0 };
+    let cols = tile_len(dim, tj);
+    for (x, (row, grow)) in out.chunks_mut(cols).zip(tile.chunks(cols)).enumerate() {
+        let i = ti * TILE + x;
+        let si = stats.s[i] * inv;
+        for (y, (v, &gv)) in row.iter_mut().zip(grow).enumerate() {
+            let j = tj * TILE + y;
+            let centred = gv - si * stats.s[j] + if i == j { lambda } else { 0.0 };
+            *v = centred as f32;
+        }
+    }
+}
+
+/// `A` rounded to f32 in the Gram's tile layout, tiles split over threads.
 fn rounded(stats: &GramStats, lambda: f64, threads: usize) -> Vec<f32> {
     let g = &stats.gram;
-    let dim = g.dim();
-    let inv = if stats.n > 0 { 1.0 / stats.n as f64 } else { 0.0 };
     let mut a = vec![0f32; g.raw().len()];
-    let items: Vec<_> = split_tiles(&mut a, dim).into_iter().zip(g.tiles()).collect();
-    parallel(items, threads, |((ti, tj, out), (_, _, tile))| {
-        let cols = tile_len(dim, tj);
-        for (x, (row, grow)) in out.chunks_mut(cols).zip(tile.chunks(cols)).enumerate() {
-            let i = ti * TILE + x;
-            let si = stats.s[i] * inv;
-            for (y, (v, &gv)) in row.iter_mut().zip(grow).enumerate() {
-                let j = tj * TILE + y;
-                let centred = gv - si * stats.s[j] + if i == j { lambda } else { 0.0 };
-                *v = centred as f32;
-            }
-        }
-    });
+    let items: Vec<_> = split_tiles(&mut a, g.dim()).into_iter().zip(g.tiles()).collect();
+    parallel(items, threads, |((ti, tj, out), (_, _, tile))| round_tile(stats, (ti, tj), tile, out, lambda));
     a
 }
 
-/// The refined solution of `A W = B` from an f32 factor of `A`, or where the f32 factor
-/// fails or the refinement stops falling (two steps without halving the residual) how
-/// far it got, `fell_back` set: the caller then factors in f64.
-fn refine(stats: &GramStats, b: &Mat<f64>, lambda: f64, threads: usize) -> Result<(Mat<f64>, Refinement), Refinement> {
+/// [`rounded`] of `gram` (not `stats.gram`, which the caller has taken), which it
+/// consumes: tile rows from the last, each row's f64 values freed once rounded, so the
+/// two never hold more than the Gram and one tile row of f32. (The f32 storage is
+/// zeroed memory the kernel maps only when a row is written.)
+fn rounded_taking(gram: TriGram, stats: &GramStats, lambda: f64, threads: usize) -> Vec<f32> {
+    let dim = gram.dim();
+    let mut raw = gram.into_raw();
+    let mut a = vec![0f32; raw.len()];
+    for ti in (0..dim.div_ceil(TILE)).rev() {
+        // Every tile row above row I is TILE tall and its tiles TILE wide.
+        let start = TILE * TILE * (ti * (ti + 1) / 2);
+        let h = tile_len(dim, ti);
+        let (mut outs, mut tiles) = (&mut a[start..], &raw[start..]);
+        let mut items = Vec::with_capacity(ti + 1);
+        for tj in 0..=ti {
+            let len = h * tile_len(dim, tj);
+            let (out, rest_out) = std::mem::take(&mut outs).split_at_mut(len);
+            let (tile, rest) = tiles.split_at(len);
+            items.push(((ti, tj), tile, out));
+            (outs, tiles) = (rest_out, rest);
+        }
+        parallel(items, threads, |(at, tile, out)| round_tile(stats, at, tile, out, lambda));
+        raw.truncate(start);
+        raw.shrink_to_fit();
+    }
+    a
+}
+
+/// `G W` for the Gram spilled to `path` (side `dim`), streamed a tile at a time: each
+/// tile below the diagonal serves `G_IJ W_J` and `G_IJᵀ W_I`. One thread: the read, not
+/// the `c`-column products, sets the pace.
+fn streamed_times(
+    path: &Path,
+    dim: usize,
+    w: &Mat<f64>,
+) -> std::result::Result<Mat<f64>, crate::container::ContainerError> {
+    let mut out = Mat::<f64>::zeros(dim, w.ncols());
+    gram_tiles_from_file(path, SPILLED, dim, |ti, tj, tile| {
+        let (ri, rj) = (tile_range(dim, ti), tile_range(dim, tj));
+        let t = MatRef::from_row_major_slice(tile, ri.len(), rj.len());
+        if ti == tj {
+            let rect = BlockStructure::Rectangular;
+            let wi = w.subrows(ri.start, ri.len());
+            let mut oi = out.subrows_mut(ri.start, ri.len());
+            triangular::matmul(
+                oi.as_mut(),
+                rect,
+                Accum::Add,
+                t,
+                BlockStructure::TriangularLower,
+                wi,
+                rect,
+                1.0,
+                Par::Seq,
+            );
+            let upper = BlockStructure::StrictTriangularUpper;
+            triangular::matmul(oi, rect, Accum::Add, t.transpose(), upper, wi, rect, 1.0, Par::Seq);
+        } else {
+            let (wi, wj) = (w.subrows(ri.start, ri.len()), w.subrows(rj.start, rj.len()));
+            matmul(out.subrows_mut(ri.start, ri.len()), Accum::Add, t, wj, 1.0, Par::Seq);
+            matmul(out.subrows_mut(rj.start, rj.len()), Accum::Add, t.transpose(), wi, 1.0, Par::Seq);
+        }
+    })?;
+    Ok(out)
+}
+
+/// The refined solution of `A W = B` from the f32 `A` in `l32` (factored here), with
+/// `times(W) = G W`; or, where the f32 factor fails or the refinement stops falling (two
+/// steps without halving the residual), how far it got, `fell_back` set: the caller then
+/// factors in f64 (the f32 factor is dropped by then). An error of `times` (a spill file
+/// that no longer reads back) stops the solve.
+fn refine(
+    mut l32: Vec<f32>,
+    stats: &GramStats,
+    b: &Mat<f64>,
+    lambda: f64,
+    threads: usize,
+    times: &dyn Fn(&Mat<f64>) -> Result<Mat<f64>>,
+) -> Result<std::result::Result<(Mat<f64>, Refinement), Refinement>> {
     let dim = stats.dim();
-    let stalled = |steps, residual| Refinement { steps, residual, fell_back: true };
-    let mut l32 = rounded(stats, lambda, threads);
+    let stalled = |steps, residual| Err(Refinement { steps, residual, fell_back: true });
     let tiles = split_tiles(&mut l32, dim).into_iter().map(|(_, _, t)| t).collect();
-    factor_tiles(tiles, dim, 0.5 * lambda, threads).map_err(|_| stalled(0, None))?;
+    if factor_tiles(tiles, dim, 0.5 * lambda, threads).is_err() {
+        return Ok(stalled(0, None));
+    }
     let factor: Vec<&[f32]> = split_tiles(&mut l32, dim).into_iter().map(|(_, _, t)| &*t).collect();
     let solve32 = |r: &Mat<f64>| -> Mat<f64> {
         let mut x = Mat::<f32>::from_fn(r.nrows(), r.ncols(), |i, k| r[(i, k)] as f32);
@@ -101,30 +255,30 @@ fn refine(stats: &GramStats, b: &Mat<f64>, lambda: f64, threads: usize) -> Resul
     let mut w = solve32(b);
     let mut history: Vec<f64> = Vec::new();
     for step in 0..=MAX_STEPS {
-        let r = residual(stats, b, &w, lambda, threads);
+        let r = residual(stats, b, &w, lambda, times(&w)?);
         let ratio = r.norm_l2() / norm_b;
         if !ratio.is_finite() {
-            return Err(stalled(step, None));
+            return Ok(stalled(step, None));
         }
         if ratio <= TOLERANCE {
-            return Ok((w, Refinement { steps: step, residual: Some(ratio), fell_back: false }));
+            return Ok(Ok((w, Refinement { steps: step, residual: Some(ratio), fell_back: false })));
         }
         // Converging at rate ρ ≈ κ·2⁻²⁴ the residual halves at least every two steps;
         // it stalls or grows where ρ is near 1.
         if (history.len() >= 2 && ratio > 0.5 * history[history.len() - 2]) || step == MAX_STEPS {
-            return Err(stalled(step, Some(ratio)));
+            return Ok(stalled(step, Some(ratio)));
         }
         history.push(ratio);
         w += solve32(&r);
     }
-    Err(stalled(MAX_STEPS, history.last().copied()))
+    Ok(stalled(MAX_STEPS, history.last().copied()))
 }
 
-/// `B − A W` with `A W = G W − s (sᵀW)/n + λW`, in f64.
-fn residual(stats: &GramStats, b: &Mat<f64>, w: &Mat<f64>, lambda: f64, threads: usize) -> Mat<f64> {
+/// `B − A W` with `A W = G W − s (sᵀW)/n + λW`, in f64, from `gw = G W`.
+fn residual(stats: &GramStats, b: &Mat<f64>, w: &Mat<f64>, lambda: f64, gw: Mat<f64>) -> Mat<f64> {
     let (dim, c) = (stats.dim(), w.ncols());
     // The sums of the product do not depend on the thread count (`symmetric`).
-    let mut r = b - symmetric_times(&stats.gram, w.as_ref(), threads);
+    let mut r = b - gw;
     let inv = if stats.n > 0 { 1.0 / stats.n as f64 } else { 0.0 };
     let stw: Vec<f64> = (0..c).map(|k| (0..dim).map(|i| stats.s[i] * w[(i, k)]).sum::<f64>() * inv).collect();
     for k in 0..c {
@@ -153,7 +307,7 @@ mod tests {
         let st = stats(900, dim, c, 4);
         let lambda = 0.5;
         let (want_w, want_b) = ridge_fixed(&st, st.gram.clone(), lambda, 2).unwrap();
-        let (w1, b1, r1) = ridge_refined(&mut st.clone(), None, lambda, 1).unwrap();
+        let (w1, b1, r1) = ridge_refined(&mut st.clone(), None, None, lambda, 1).unwrap();
         // In place, a refinement that converges consumes nothing, so keeps nothing.
         let mut asked = 0;
         let mut in_place = st.clone();
@@ -163,6 +317,7 @@ mod tests {
                 asked += 1;
                 Ok(())
             }),
+            None,
             lambda,
             3,
         )
@@ -174,6 +329,55 @@ mod tests {
         assert_eq!((w1, b1, r1), (w3, b3, r3), "thread count changed the solve");
     }
 
+    fn spill_path(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("sketchfit-spill-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir.join(name)
+    }
+
+    #[test]
+    fn the_gram_rounded_a_tile_row_at_a_time_as_it_is_freed_is_the_copy_rounded() {
+        let (dim, c) = (3 * TILE + 11, 2);
+        let st = stats(300, dim, c, 6);
+        assert_eq!(rounded_taking(st.gram.clone(), &st, 0.25, 3), rounded(&st, 0.25, 2));
+    }
+
+    #[test]
+    fn the_factor_in_the_grams_memory_refines_against_the_spilled_gram_to_the_f64_weights() {
+        let (dim, c) = (2 * TILE + 37, 3);
+        let st = stats(900, dim, c, 4);
+        let lambda = 0.5;
+        let (want_w, want_b) = ridge_fixed(&st, st.gram.clone(), lambda, 2).unwrap();
+        let (_, _, beside) = ridge_refined(&mut st.clone(), None, None, lambda, 2).unwrap();
+        let path = spill_path("a.gram");
+        let mut runs = Vec::new();
+        for threads in [1, 3] {
+            let mut kept = Vec::new();
+            let mut spilled = st.clone();
+            let mut keep = |s: &GramStats| {
+                kept.push(s.clone());
+                Ok(())
+            };
+            let got = ridge_refined(&mut spilled, Some(&mut keep), Some(&path), lambda, threads).unwrap();
+            assert_eq!(kept, vec![st.clone()], "the statistics are kept whole before the Gram is taken");
+            assert_eq!(spilled.gram.dim(), 0, "the factor took the Gram's memory");
+            assert!(!path.exists(), "the spill file is removed when the solve ends");
+            runs.push(got);
+        }
+        let (w, b, r) = &runs[0];
+        assert!(!r.fell_back && r.residual.is_some_and(|x| x <= TOLERANCE), "{r:?}");
+        assert_eq!(r.steps, beside.steps, "the streamed product refines as the in-memory one does");
+        assert!(rel(w, &want_w) < 1e-9, "weights differ by {:e}", rel(w, &want_w));
+        assert!(rel(b, &want_b) < 1e-9, "bias differs by {:e}", rel(b, &want_b));
+        assert_eq!(runs[0], runs[1], "thread count changed the solve");
+        // Nowhere to write the spill (a directory that does not exist): the solve stops
+        // before it takes the Gram.
+        let mut whole = st.clone();
+        let nowhere = spill_path("missing").join("a.gram");
+        assert!(ridge_refined(&mut whole, None, Some(&nowhere), lambda, 2).is_err());
+        assert_eq!(whole.gram, st.gram, "a spill that failed left the statistics whole");
+    }
+
     #[test]
     fn an_ill_conditioned_lambda_falls_back_to_the_f64_factor_and_says_so() {
         // Rank-8 features (the noise is below f32's rounding of them) and λ far below the
@@ -183,7 +387,7 @@ mod tests {
         let top = st.gram.diagonal().into_iter().sum::<f64>();
         let lambda = 1e-9 * top;
         let mut kept = st.clone();
-        let (w, b, r) = ridge_refined(&mut kept, None, lambda, 2).unwrap();
+        let (w, b, r) = ridge_refined(&mut kept, None, None, lambda, 2).unwrap();
         assert!(r.fell_back, "{r:?}");
         assert_eq!(kept.gram, st.gram, "not in place: the statistics are kept");
         let (want_w, want_b) = ridge_fixed(&st, st.gram.clone(), lambda, 2).unwrap();
@@ -198,16 +402,29 @@ mod tests {
                 seen.push(s.clone());
                 Ok(())
             }),
+            None,
             lambda,
             2,
         )
         .unwrap();
         assert_eq!(seen, vec![st.clone()], "the statistics kept before the in-place factor");
-        assert_eq!((got.0, got.1), (want_w, want_b));
+        assert_eq!((&got.0, &got.1), (&want_w, &want_b));
         assert_eq!(consumed.gram.dim(), 0, "the in-place fallback consumed the Gram");
         let mut refused = st.clone();
         let no = &mut |_: &GramStats| Err(crate::error::Error::bug("disk full"));
-        assert!(ridge_refined(&mut refused, Some(no), lambda, 2).is_err());
+        assert!(ridge_refined(&mut refused, Some(no), None, lambda, 2).is_err());
         assert_eq!(refused.gram, st.gram, "a keep that failed left the statistics whole");
+        // With the factor in the Gram's memory, the fallback reads the spilled Gram back
+        // and factors it: the f64 model exactly, the spill removed.
+        let path = spill_path("fell.gram");
+        let mut spilled = st.clone();
+        let (w, b, r) = ridge_refined(&mut spilled, None, Some(&path), lambda, 2).unwrap();
+        assert!(r.fell_back, "{r:?}");
+        assert_eq!((&w, &b), (&want_w, &want_b), "the fallback factors the Gram read back");
+        assert!(!path.exists());
+        let refused = &mut |_: &GramStats| Err(crate::error::Error::bug("disk full"));
+        let mut whole = st.clone();
+        assert!(ridge_refined(&mut whole, Some(refused), Some(&path), lambda, 2).is_err());
+        assert_eq!(whole.gram, st.gram, "a keep that failed left the statistics whole");
     }
 }

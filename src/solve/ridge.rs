@@ -8,7 +8,7 @@ use super::cholesky::{consumed, Keep};
 use super::mixed::Refinement;
 use super::rotated::{bias_for, GcvCurve, LambdaChoice, RotatedProblem};
 use crate::error::{Error, Result};
-use crate::stats::{Centered, GramStats, TriGram};
+use crate::stats::{Centered, GramStats, TriGram, TILE};
 
 /// Which solve path runs (math.md §13.7); `auto` picks the cheapest that answers the
 /// pipeline's question.
@@ -77,6 +77,18 @@ impl SolvePath {
     }
 }
 
+impl SolvePath {
+    /// Bytes the mixed-precision solve allocates with its f32 factor in the Gram's own
+    /// memory (`cholesky_f32`, spilled): the refinement's vectors, one tile row of the
+    /// factor mapped before the f64 row it replaces is freed, and the stream's buffers
+    /// (the tiles in flight and a read block); a fallback reads the Gram back into the
+    /// memory the factor leaves.
+    pub fn spilled_bytes(dim: usize, c: usize) -> u64 {
+        let in_flight = crate::stats::TILES_IN_FLIGHT + 3;
+        mixed_vectors(dim, c) + (4 * TILE * dim + 8 * TILE * TILE * in_flight) as u64 + (2 << 20)
+    }
+}
+
 /// The refinement's `D × c` matrices: `B`, `W`, the residual and its f32 copy, the
 /// product `A W` and its partial sums.
 fn mixed_vectors(dim: usize, c: usize) -> u64 {
@@ -123,7 +135,9 @@ pub struct Direct {
 impl Ridge {
     /// Ridge on all features of `stats` by a direct path (math.md §13.7): one tiled
     /// Cholesky at a fixed λ > 0 — of the statistics' own Gram when `in_place` is given,
-    /// which consumes it (after `in_place` has kept the statistics, see [`Keep`]) — or
+    /// which consumes it (after `in_place` has kept the statistics, see [`Keep`]; the
+    /// mixed-precision one puts its f32 factor in the Gram's memory when `spill` names
+    /// where the f64 Gram goes meanwhile) — or
     /// the tridiagonal form, which gives every λ of the grid. The one place a new path on
     /// the Gram statistics is dispatched.
     pub fn direct(
@@ -131,6 +145,7 @@ impl Ridge {
         path: SolvePath,
         lambda: LambdaChoice,
         in_place: Option<Keep<'_>>,
+        spill: Option<&std::path::Path>,
         threads: usize,
     ) -> Result<Direct> {
         match (path, lambda) {
@@ -144,7 +159,7 @@ impl Ridge {
                 })
             }
             (SolvePath::CholeskyF32, LambdaChoice::Fixed(lambda)) if lambda > 0.0 => {
-                let (weights, bias, refinement) = super::mixed::ridge_refined(stats, in_place, lambda, threads)?;
+                let (weights, bias, refinement) = super::mixed::ridge_refined(stats, in_place, spill, lambda, threads)?;
                 let ridge = Ridge::Solved { weights, bias, refinement: Some(refinement) };
                 Ok(Direct { ridge, eigenvalues: Vec::new(), rank: None })
             }

@@ -118,6 +118,70 @@ pub fn stats_from_file(
     })
 }
 
+/// Streams the Gram of block `block` (side `dim`) of the statistics file `path` tile by
+/// tile in storage order, `tile(I, J, values)`, a few tiles' memory at a time (the
+/// mixed-precision solve's product with statistics kept on disk). The file is read and
+/// verified on a thread of its own, [`TILES_IN_FLIGHT`] tiles ahead of `tile`, so the
+/// read and the checksum overlap the caller's work. On an error, nothing `tile`
+/// computed may be used.
+pub fn gram_tiles_from_file(
+    path: &std::path::Path,
+    block: &str,
+    dim: usize,
+    mut tile: impl FnMut(usize, usize, &[f64]),
+) -> std::result::Result<(), ContainerError> {
+    use std::sync::mpsc::sync_channel;
+    let f = std::fs::File::open(path).map_err(|e| ContainerError::NotSafetensors(e.to_string()))?;
+    let name = format!("{block}.gram");
+    let nt = dim.div_ceil(super::TILE);
+    let tiles: Vec<(usize, usize, usize)> =
+        (0..nt).flat_map(|i| (0..=i).map(move |j| (i, j, super::tile_len(dim, i) * super::tile_len(dim, j)))).collect();
+    // Full tiles go one way, emptied buffers come back: no allocation per tile.
+    let (full_tx, full_rx) = sync_channel::<(usize, usize, Vec<f64>)>(TILES_IN_FLIGHT);
+    let (empty_tx, empty_rx) = sync_channel::<Vec<f64>>(TILES_IN_FLIGHT + 1);
+    std::thread::scope(|scope| {
+        let reader = scope.spawn(move || {
+            let (mut k, mut found) = (0, false);
+            let mut buf = Vec::with_capacity(super::TILE * super::TILE);
+            crate::container::scan_file::<StatsHeader>(f, true, |array, len, _, mut values| {
+                if array != name {
+                    return Ok(());
+                }
+                if len != TriGram::len_for(dim) {
+                    return Err(ContainerError::Shape(array.to_string()));
+                }
+                found = true;
+                while let Some(&(i, j, want)) = tiles.get(k) {
+                    let take = (want - buf.len()).min(values.len());
+                    buf.extend_from_slice(&values[..take]);
+                    values = &values[take..];
+                    if buf.len() < want {
+                        break;
+                    }
+                    let next = empty_rx.try_recv().unwrap_or_else(|_| Vec::with_capacity(super::TILE * super::TILE));
+                    // The consumer stops only when its side is dropped (it never is early).
+                    let _ = full_tx.send((i, j, std::mem::replace(&mut buf, next)));
+                    k += 1;
+                }
+                Ok(())
+            })?;
+            if !found {
+                return Err(ContainerError::Missing(name));
+            }
+            Ok(())
+        });
+        for (i, j, mut values) in full_rx {
+            tile(i, j, &values);
+            values.clear();
+            let _ = empty_tx.try_send(values);
+        }
+        reader.join().unwrap_or_else(|_| Err(ContainerError::Inconsistent("the reading thread panicked".into())))
+    })
+}
+
+/// Tiles the reading thread of [`gram_tiles_from_file`] may be ahead (512 KiB each).
+pub const TILES_IN_FLIGHT: usize = 8;
+
 /// The blocks a verified statistics header names, their arrays taken by `get(name, len)`.
 fn stats_blocks(
     header: StatsHeader,
@@ -200,6 +264,32 @@ mod tests {
         past[pos] = b'9';
         std::fs::write(&path, &past).unwrap();
         assert!(matches!(stats_from_file(open()), Err(ContainerError::NotSafetensors(_))));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_grams_tiles_stream_from_its_file_in_storage_order_and_damage_is_refused_at_the_end() {
+        let (dim, c, rows) = (2 * super::super::TILE + 9, 1, 40);
+        let (z, y) = data(rows, dim, c);
+        let mut st = GramStats::new(vec![0.5; dim], c);
+        st.add(&z, &y, rows, 2).unwrap();
+        let dir = std::env::temp_dir().join(format!("sketchfit-tiles-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("g.stats");
+        stats_to_file(&path, &[("other", &GramStats::new(vec![0.0; 3], 0)), ("g", &st)], serde_json::json!({}))
+            .unwrap();
+        let mut seen = Vec::new();
+        gram_tiles_from_file(&path, "g", dim, |i, j, t| seen.push((i, j, t.to_vec()))).unwrap();
+        let want: Vec<_> = st.gram.tiles().into_iter().map(|(i, j, t)| (i, j, t.to_vec())).collect();
+        assert_eq!(seen, want);
+        // Another side, a block not there, a changed byte: refused.
+        assert!(matches!(gram_tiles_from_file(&path, "g", dim + 1, |_, _, _| ()), Err(ContainerError::Shape(_))));
+        assert!(matches!(gram_tiles_from_file(&path, "h", dim, |_, _, _| ()), Err(ContainerError::Missing(_))));
+        let mut bytes = std::fs::read(&path).unwrap();
+        let at = bytes.len() - 8 * (dim + 3);
+        bytes[at] ^= 1;
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(matches!(gram_tiles_from_file(&path, "g", dim, |_, _, _| ()), Err(ContainerError::Checksum(_))));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

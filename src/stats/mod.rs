@@ -11,7 +11,10 @@ mod tri;
 mod tri_factor;
 
 pub use add::Blocks;
-pub use file::{checksum, stats_from_bytes, stats_from_file, stats_to_bytes, stats_to_file, STATS_VERSION};
+pub use file::{
+    checksum, gram_tiles_from_file, stats_from_bytes, stats_from_file, stats_to_bytes, stats_to_file, STATS_VERSION,
+    TILES_IN_FLIGHT,
+};
 pub(crate) use tri::{parallel, split_tiles, split_tiles_ref, tile_len, tile_range};
 pub use tri::{TriGram, TILE};
 pub use tri_factor::{backward_tiles, factor_tiles, forward_tiles, solve_tiles, Scalar};

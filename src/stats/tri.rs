@@ -47,6 +47,11 @@ impl TriGram {
         &self.data
     }
 
+    /// The stored values, tile by tile, taken.
+    pub(crate) fn into_raw(self) -> Vec<f64> {
+        self.data
+    }
+
     /// Builds from stored values (a statistics file).
     pub fn from_raw(dim: usize, data: Vec<f64>) -> Option<Self> {
         (data.len() == Self::len_for(dim)).then_some(TriGram { dim, data })

@@ -187,6 +187,55 @@ fn an_in_range_dim_whose_gram_would_not_fit_never_allocates_it() {
 }
 
 #[test]
+fn the_f32_factor_in_the_grams_own_memory_gives_the_f64_model_and_leaves_no_spill() {
+    let dir = TempDir::new("spill");
+    // More rows than D/2, so the dual does not take the run.
+    write_parquet(&dir.path("t.parquet"), crate::api::rings(4200, 8), 700);
+    let text = "task = \"classification\"\n[data]\ntrain = [\"t.parquet\"]\nfeatures = [\"a\", \"b\", \"c\", \"d\"]\nlabel = \"label\"\n[[stages]]\nkind = \"rff\"\ndim = 4096\nsigma = 1.5\n[ridge]\nlambda = 1.0\n[run]\nseed = 5\nthreads = 2\ngram = \"f32\"\nchunk_rows = 64\n";
+    let p = dir.path("p.toml");
+    std::fs::write(&p, text).unwrap();
+    let train = |name: &str, set: &[&str]| {
+        let (model, json) = (dir.path(&format!("{name}.sfm")), dir.path(&format!("{name}.json")));
+        let mut args = vec!["train", p.to_str().unwrap(), "-o", model.to_str().unwrap()];
+        args.extend(["--report", json.to_str().unwrap()]);
+        args.extend(set);
+        let out = sketchfit(&args);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        (Model::load(&model).unwrap(), report(&json), stderr(&out))
+    };
+    let (f64m, r, _) = train("f64", &["--set", "ridge.solver=\"cholesky\""]);
+    // What the run holds besides its solve: the f32 factor (34 MiB at D = 4096) does not
+    // fit 16 MiB above it, the spilled solve's tile row and buffers (about 12 MiB) do.
+    let m = &r["memory"];
+    let resident = m["needed"].as_u64().unwrap() - m["solve"].as_u64().unwrap();
+    let limit = format!("run.memory_limit_mib={}", (resident >> 20) + 16);
+    let named = ["--set", "ridge.solver=\"cholesky_f32\""];
+    let (spilled, r, err) = train("spilled", &[&named[..], &["--set", &limit]].concat());
+    assert_eq!(r["plan"]["solve"], serde_json::json!({"path": "cholesky_f32", "in_place": true, "spill": true}));
+    assert!(r["memory"]["line"].as_str().unwrap().contains("spilled beside the checkpoint"), "{r}");
+    assert!(err.contains("their Gram is spilled to"), "{err}");
+    assert_eq!(r["checkpointed_before_solve"], true, "{r}");
+    let refinement = &r["solve"]["refinement"];
+    assert_eq!(refinement["fell_back"], false, "{r}");
+    assert!(refinement["residual"].as_f64().unwrap() <= 1e-12, "{r}");
+    assert!(rel(&spilled.weights, &f64m.weights) < 1e-9, "{:e}", rel(&spilled.weights, &f64m.weights));
+    assert!(rel(&spilled.bias, &f64m.bias) < 1e-9);
+    let left: Vec<_> = std::fs::read_dir(dir.path(".")).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(!left.iter().any(|n| n.to_string_lossy().contains(".gram")), "the spill is removed: {left:?}");
+    // Without a checkpoint there is nowhere to spill: `auto` (which takes the f64 factor
+    // at this D anyway) factors in place, the named path is refused before the pass.
+    let no_checkpoint = ["--set", &limit, "--set", "run.checkpoint_every=0"];
+    let (none, r, _) = train("none", &no_checkpoint);
+    assert_eq!(r["plan"]["solve"], serde_json::json!({"path": "cholesky", "in_place": true}), "{r}");
+    assert!(rel(&none.weights, &f64m.weights) < 1e-12);
+    let x = dir.path("x.sfm");
+    let out =
+        sketchfit(&[&["train", p.to_str().unwrap(), "-o", x.to_str().unwrap()][..], &named, &no_checkpoint].concat());
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("memory"), "{}", stderr(&out));
+}
+
+#[test]
 fn the_mixed_precision_solve_gives_the_f64_model_and_falls_back_saying_so() {
     let dir = TempDir::new("mixed");
     // 2,000 rows of D = 1024: primal statistics (the dual takes at most D/2 rows).

@@ -3,11 +3,11 @@
 
 use serde::Serialize;
 
-use super::Dual;
+use super::{Dual, RidgeSolve};
 use crate::error::{Error, Result};
 use crate::pipeline::check::CheckedPipeline;
 use crate::solve::dual::RowStats;
-use crate::solve::LambdaChoice;
+use crate::solve::{LambdaChoice, SolvePath};
 use crate::stats::GramStats;
 
 /// The memory a plan needs, as stated before the pass.
@@ -110,6 +110,32 @@ impl super::PcaPlan {
 }
 
 impl super::Planner<'_> {
+    /// Where the mixed solve's f32 factor does not fit beside the statistics, it takes
+    /// the Gram's own memory, the f64 Gram spilled beside the checkpoint (a run with a
+    /// local checkpoint); else `auto` factors in f64 in place (which needs nothing more)
+    /// and an explicit `cholesky_f32` is left to the memory check. Counted as the memory
+    /// line counts it (`gram_memory`).
+    pub(super) fn mixed_where_it_fits(&self, solve: RidgeSolve, dim: usize, sets: u64, auto: bool) -> RidgeSolve {
+        let (path, c) = (solve.path, self.facts.outputs);
+        let f = self.facts;
+        let chunk = chunk_rows_for(self.checked.spec().run.chunk_rows, dim, false);
+        let resident = if self.opts.from_parts { 0 } else { sets * GramStats::bytes_for(dim, f.outputs) }
+            + self.buffers(chunk, f.d, dim)
+            + f.map_bytes;
+        let fits = |bytes: u64| self.limit.is_none_or(|l| resident + bytes <= l);
+        if !solve.in_place || fits(path.in_place_bytes(dim, c)) {
+            return solve;
+        }
+        let local_checkpoint = self.opts.checkpoint.as_deref().is_some_and(|p| !crate::remote::is_remote(p));
+        if local_checkpoint && fits(SolvePath::spilled_bytes(dim, c)) {
+            return RidgeSolve { spill: true, ..solve };
+        }
+        if auto {
+            return self.cholesky(SolvePath::Cholesky, dim, sets);
+        }
+        solve
+    }
+
     /// The model's write after the statistics are freed: its arrays encoded, decoded
     /// again and the maps rebuilt from them (the read-back check), beside the maps still
     /// held — three copies of the stored parameters besides their own. For the random

@@ -277,6 +277,24 @@ fn the_mixed_precision_factor_is_asked_for_or_taken_where_the_gram_is_f32_and_la
     assert!(memory.solve >= factor && memory.solve < factor + (8 << 20), "{}", memory.line);
     assert!(memory.line.contains("cholesky_f32 path, in place"), "{}", memory.line);
     memory.check().unwrap();
+    // Beside a local checkpoint, where the f32 factor does not fit beside the statistics,
+    // it takes the Gram's own memory (the Gram spilled to disk), named or taken by auto;
+    // beside a checkpoint in an object store there is nowhere to spill: as without one.
+    let local = RunOptions { stats_on_disk: true, checkpoint: Some("m.sfm.ckpt".into()), ..plain.clone() };
+    let remote = RunOptions { checkpoint: Some("s3://b/m.sfm.ckpt".into()), ..local.clone() };
+    for extra in ["", "solver = \"cholesky_f32\"\n"] {
+        let checked = spec(&format!("{fixed}{extra}{tight}")).unwrap();
+        let (p, memory) = Plan::decide(&checked, &facts(100_000, 8192), &local).unwrap();
+        assert!((p.path(), p.factors_in_place(), p.spills()) == (SolvePath::CholeskyF32, true, true), "{p:?}");
+        assert_eq!(memory.solve, SolvePath::spilled_bytes(8192, 3), "{}", memory.line);
+        assert!(memory.solve < 24 << 20 && memory.line.contains("spilled beside the checkpoint"), "{}", memory.line);
+        memory.check().unwrap();
+    }
+    let remote_auto = plan(&format!("{fixed}{tight}"), &facts(100_000, 8192), &remote).unwrap();
+    assert_eq!((remote_auto.path(), remote_auto.spills()), (SolvePath::Cholesky, false));
+    // Where the f32 factor fits beside the statistics, nothing is spilled.
+    let roomy = format!("{fixed}[run]\ngram = \"f32\"\nmemory_limit_mib = 2000");
+    assert!(!plan(&roomy, &facts(100_000, 8192), &local).unwrap().spills());
 }
 
 #[test]

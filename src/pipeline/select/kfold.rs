@@ -60,9 +60,9 @@ impl Select for KFoldScores<'_> {
             let mut rest = self.total.clone();
             rest.subtract(fold).map_err(|e| Error::bug_from("fold statistics of one run merge", e))?;
             let moments = rest.moments();
-            let tridiagonal = RidgeSolve { path: SolvePath::Tridiagonal, in_place: false };
+            let tridiagonal = RidgeSolve { path: SolvePath::Tridiagonal, in_place: false, spill: false };
             let lambda = LambdaChoice::Gcv { per_output: false };
-            let (ridge, _) = direct(&mut rest, tridiagonal, lambda, ctx.threads, None, None)?;
+            let (ridge, _) = direct(&mut rest, tridiagonal, lambda, ctx.threads, None, (None, None))?;
             drop(rest);
             let wb = ridge.weights(&sets, &moments);
             let w = ndarray::Array2::from_shape_fn((dim, cols), |(i, j)| wb[j / c].0[i * c + j % c]);
