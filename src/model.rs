@@ -15,9 +15,10 @@ use crate::sketch::{FeaturePipeline, ParamArray, ParamData, Stage, StageSpec};
 use crate::solve::GcvCurve;
 use crate::source::{Classes, ResolvedFeatures};
 
-/// Model file format version; bumped on any incompatible change.
-pub const FORMAT_VERSION: u32 = 2;
-/// Version 1 checksummed the arrays only; it is still read.
+/// Model file format version; bumped on any incompatible change (3: the seal is XXH64,
+/// not FNV-1a).
+pub const FORMAT_VERSION: u32 = 3;
+/// Version 1 checksummed the arrays only, versions 1 and 2 by FNV-1a; both are still read.
 const OLDEST_READ: u32 = 1;
 pub(crate) const FORMAT_NAME: &str = "sketchfit-model";
 
@@ -472,6 +473,7 @@ impl crate::container::Header for ModelHeader {
     const VERSION: u32 = FORMAT_VERSION;
     const OLDEST: u32 = OLDEST_READ;
     const SEALED_FROM: u32 = 2;
+    const XXH_FROM: u32 = 3;
     const HINT: &'static str = "retrain with this sketchfit";
     fn format(&self) -> &str {
         &self.format

@@ -7,8 +7,9 @@ use super::{GramStats, TriGram};
 use crate::container::ContainerError;
 use crate::error::{Error, Result};
 
-/// Statistics file format version (2: the checksum covers the header too).
-pub const STATS_VERSION: u32 = 2;
+/// Statistics file format version (2: the checksum covers the header too; 3: the seal is
+/// XXH64, not FNV-1a).
+pub const STATS_VERSION: u32 = 3;
 const STATS_FORMAT: &str = "sketchfit-stats";
 
 /// FNV-1a 64 over byte slices, hex (see [`crate::container::checksum`]).
@@ -29,6 +30,7 @@ impl crate::container::Header for StatsHeader {
     const VERSION: u32 = STATS_VERSION;
     const OLDEST: u32 = 1;
     const SEALED_FROM: u32 = 2;
+    const XXH_FROM: u32 = 3;
     const HINT: &'static str = "accumulate it again with this sketchfit";
     fn format(&self) -> &str {
         &self.format
