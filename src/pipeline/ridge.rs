@@ -85,7 +85,9 @@ pub(crate) fn enough_rows(n: u64) -> Result<()> {
 }
 
 /// Ridge on all features of `stats` by the direct path planned (`Ridge::direct`), saying
-/// what the run should know: a factorisation in place, a rank short of `D`.
+/// what the run should know: a factorisation in place, a rank short of `D`. `keep` keeps
+/// the statistics before an in-place factor consumes them; `spill` is where a planned
+/// spill of the Gram goes (beside the checkpoint).
 pub(crate) fn direct(
     stats: &mut GramStats,
     solve: RidgeSolve,
@@ -94,12 +96,6 @@ pub(crate) fn direct(
     report: Option<&mut Reporter>,
     (keep, spill): (Option<Keep<'_>>, Option<&std::path::Path>),
 ) -> Result<(Ridge, Vec<f64>)> {
-    let mut solve = solve;
-    if solve.spill && spill.is_none() {
-        // Nowhere to spill the Gram (the planner spills only beside a local checkpoint):
-        // the f64 factor in place needs no more memory.
-        solve = RidgeSolve { path: SolvePath::Cholesky, in_place: true, spill: false };
-    }
     let spill = spill.filter(|_| solve.spill && solve.consumes());
     let in_place = solve.consumes();
     let dim = stats.dim();
@@ -149,6 +145,12 @@ pub(crate) fn primal(
     if solve.path != SolvePath::Eigen {
         let cl = labeled.moments();
         let spill = ctx.keeper.and_then(|k| k.spill_path());
+        if solve.spill && spill.is_none() {
+            // Nowhere to spill the Gram (the planner spills only beside a local
+            // checkpoint): the f64 factor in place needs no more memory, and the model
+            // names the path that solved.
+            solve = RidgeSolve { path: SolvePath::Cholesky, in_place: true, spill: false };
+        }
         let (ridge, eigenvalues) =
             direct(labeled, solve, lambda, ctx.threads, Some(ctx.report), (keep, spill.as_deref()))?;
         let in_place = solve.consumes();
