@@ -32,8 +32,13 @@
 #            and to a local S3 server (moto_server on 127.0.0.1, in PYTHON's venv), each
 #            next to the same command on local files, interleaved, twice; with the
 #            server's own CPU time, which shares the machine's cores
+#   spill    train at D = 16384 and 32768 (SPILL, "D:MiB" pairs) under a memory limit that
+#            leaves no room for the f32 factor beside the statistics: cholesky_f32 with the
+#            factor in the Gram's own memory (the Gram spilled beside the checkpoint) next
+#            to the f64 factor in place at the same limit, back to back
 #   huge     train at D = 65,536 (tensor sketch, f32 Gram, fixed λ) on the 60k file:
-#            the 16 GiB triangle, checkpointed and factored in place (about an hour)
+#            the 16 GiB triangle, checkpointed, the f32 factor in the Gram's own memory
+#            (about an hour)
 #
 # DIMS, SOLVE_DIMS and ROWS_LARGE change the sizes. Data goes to bench-data/. The numpy
 # and scipy references run in PYTHON (default: the test venv, target/py-venv; skipped
@@ -264,10 +269,28 @@ PY
   kill $moto
 fi
 
+if has spill; then
+  [ -f bench-data/rows-60000.parquet ] || $gen 60000 bench-data/rows-60000.parquet 7500
+  # The limits leave the statistics and chunk buffers of these shapes room for the spilled
+  # solve's tile row and buffers, not for the f32 factor beside them (README).
+  for pair in ${SPILL:-16384:1700 32768:5000}; do
+    d=${pair%%:*}
+    limit=${pair##*:}
+    echo
+    echo "## fixed-λ solve at D = $d with run.memory_limit_mib = $limit: spilled f32 factor, f64 in place"
+    pipeline "spill-$d.toml" rows-60000.parquet "$d" 0.01
+    for solver in cholesky_f32 cholesky; do
+      timed "train, $solver" $bin train "bench-data/spill-$d.toml" -o "bench-data/spill-$d.sfm" \
+        --set 'run.gram="f32"' --set "run.memory_limit_mib=$limit" --set "ridge.solver=\"$solver\""
+      rm -f "bench-data/spill-$d.sfm"
+    done
+  done
+fi
+
 if has huge; then
   [ -f bench-data/rows-60000.parquet ] || $gen 60000 bench-data/rows-60000.parquet 7500
   echo
-  echo "## train at D = 65,536, f32 Gram, fixed λ (statistics 16 GiB, factored in place)"
+  echo "## train at D = 65,536, f32 Gram, fixed λ (statistics 16 GiB, factored in their own memory)"
   pipeline huge.toml rows-60000.parquet 65536 0.01
   /usr/bin/time -f "train: wall %e s, user %U s, peak RSS %M KiB" \
     $bin train bench-data/huge.toml -o bench-data/huge.sfm --set 'run.gram="f32"' 2>&1 | tail -n 12
