@@ -11,6 +11,10 @@ mod tri;
 mod tri_factor;
 
 pub use add::Blocks;
+
+/// Rows the Gram multiplies per block (the f32 path's block; the f64 path's is half of
+/// it): fewer rows per chunk than this pay the per-block pass over the triangle more often.
+pub const PRODUCT_ROWS: usize = ROW_BLOCK_F32;
 pub use file::{
     checksum, gram_tiles_from_file, stats_from_bytes, stats_from_file, stats_to_bytes, stats_to_file, STATS_VERSION,
     TILES_IN_FLIGHT,

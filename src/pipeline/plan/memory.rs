@@ -81,12 +81,17 @@ pub(crate) fn memory_limit(checked: &CheckedPipeline) -> Option<u64> {
 pub(super) const COPY_WHEN_ON_DISK_MAX: u64 = 256 << 20;
 
 /// Rows per chunk in the pass: `run.chunk_rows`, lowered so that one chunk's features
-/// stay within 128 MiB (two are alive at once): at large D the chunk buffers would
-/// otherwise rival the Gram. A run that keeps its rows copies each chunk out: 64-row
-/// chunks keep the mapped buffers small beside the rows.
+/// stay within 128 MiB (two are alive at once) but never below one f32 product block
+/// ([`crate::stats::PRODUCT_ROWS`]). The chunk is the block the Gram's products see: each
+/// block costs a pass over the whole `D × D` triangle (the f32 tiles added into the f64
+/// sums), so at D = 65,536 a 512-row chunk spent as long adding tiles as multiplying.
+/// The floor's features, `8·PRODUCT_ROWS·D` bytes for two chunks, are `PRODUCT_ROWS / D`
+/// of the Gram's `8·D²/2` where the 128 MiB cap binds (D > 16,384): a sixteenth or less.
+/// A run that keeps its rows copies each chunk out: 64-row chunks keep the mapped
+/// buffers small beside the rows.
 pub(crate) fn chunk_rows_for(chunk_rows: usize, dim: usize, keeps_rows: bool) -> usize {
     let cap = (128usize << 20) / (4 * dim.max(1));
-    let rows = chunk_rows.min(cap.max(256)).max(1);
+    let rows = chunk_rows.min(cap.max(crate::stats::PRODUCT_ROWS)).max(1);
     if keeps_rows {
         rows.min(64)
     } else {

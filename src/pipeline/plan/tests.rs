@@ -391,3 +391,19 @@ fn a_pca_counts_its_own_memory_block_krylov_a_basis_and_two_passes_each_stages_d
     assert!(memory.solve >= (3 * 8 * 4096 * 4096) as u64, "{}", memory.line);
     assert!(memory.line.contains("or a stage's PCA before it"), "{}", memory.line);
 }
+
+#[test]
+fn chunks_stay_within_128_mib_of_features_but_never_below_one_product_block() {
+    let block = crate::stats::PRODUCT_ROWS;
+    // The 128 MiB cap: 8,192 rows at D = 4,096, 2,048 at 16,384.
+    assert_eq!(chunk_rows_for(100_000, 4096, false), 8192);
+    assert_eq!(chunk_rows_for(100_000, 16_384, false), 2048);
+    // Past D = 16,384 the cap would give fewer rows than a product block: the floor holds.
+    for dim in [32_768, 65_536, 131_072] {
+        assert_eq!(chunk_rows_for(8192, dim, false), block, "D = {dim}");
+    }
+    // A smaller `run.chunk_rows` is the user's, and a run keeping its rows takes 64.
+    assert_eq!(chunk_rows_for(300, 65_536, false), 300);
+    assert_eq!(chunk_rows_for(8192, 65_536, true), 64);
+    assert_eq!(chunk_rows_for(0, 4096, false), 1);
+}
