@@ -84,12 +84,7 @@ pub(crate) fn accumulate_part(
         }
     };
     // A pass-two part carries only its own statistics; pass one is in the merged file.
-    let blocks = acc
-        .state()?
-        .into_iter()
-        .filter(|(name, _)| pass == 1 || name == "pass2")
-        .map(|(name, s)| (name, s.clone()))
-        .collect();
+    let blocks = acc.into_state()?.into_iter().filter(|(name, _)| pass == 1 || name == "pass2").collect();
     let meta = PartMeta {
         kind: FileKind::Shard,
         fingerprint: prep.fingerprint.clone(),

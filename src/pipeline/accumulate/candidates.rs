@@ -76,6 +76,14 @@ impl Accumulation for CandidateRun {
         Ok(v)
     }
 
+    fn into_state(self: Box<Self>) -> Result<Vec<(String, GramStats)>> {
+        let mut v = Vec::new();
+        for (i, s) in self.inner.into_iter().enumerate() {
+            v.extend(s.into_state()?.into_iter().map(|(n, b)| (format!("candidate{i}.{n}"), b)));
+        }
+        Ok(v)
+    }
+
     fn size_bytes(&self) -> u64 {
         self.inner.iter().map(|s| s.size_bytes()).sum()
     }

@@ -89,6 +89,9 @@ impl Accumulation for Folds {
     fn state(&self) -> Result<Vec<(String, &GramStats)>> {
         Ok(named(&self.folds))
     }
+    fn into_state(self: Box<Self>) -> Result<Vec<(String, GramStats)>> {
+        Ok(named(self.folds))
+    }
     fn size_bytes(&self) -> u64 {
         self.folds.iter().map(GramStats::size_bytes).sum()
     }
@@ -139,6 +142,6 @@ impl Accumulation for Folds {
 }
 
 /// The folds as a checkpoint names them ([`Folds::from_blocks`] reads these names).
-fn named(folds: &[GramStats]) -> Vec<(String, &GramStats)> {
-    folds.iter().enumerate().map(|(i, s)| (format!("fold{i}"), s)).collect()
+fn named<S>(folds: impl IntoIterator<Item = S>) -> Vec<(String, S)> {
+    folds.into_iter().enumerate().map(|(i, s)| (format!("fold{i}"), s)).collect()
 }

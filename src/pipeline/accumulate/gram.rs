@@ -55,8 +55,8 @@ impl Sums {
         Sums::named(&self.labeled, self.unlabeled.as_ref())
     }
 
-    /// The blocks as a checkpoint names them.
-    fn named<'s>(labeled: &'s GramStats, unlabeled: Option<&'s GramStats>) -> Vec<(String, &'s GramStats)> {
+    /// The blocks as a checkpoint names them (borrowed or owned).
+    fn named<S>(labeled: S, unlabeled: Option<S>) -> Vec<(String, S)> {
         let mut v = vec![("labeled".to_string(), labeled)];
         v.extend(unlabeled.map(|u| ("unlabeled".to_string(), u)));
         v
@@ -99,6 +99,9 @@ impl Accumulation for Primal {
     }
     fn state(&self) -> Result<Vec<(String, &GramStats)>> {
         Ok(self.sums.state())
+    }
+    fn into_state(self: Box<Self>) -> Result<Vec<(String, GramStats)>> {
+        Ok(Sums::named(self.sums.labeled, self.sums.unlabeled))
     }
     fn size_bytes(&self) -> u64 {
         self.sums.size_bytes()
@@ -161,6 +164,9 @@ impl Accumulation for SparseRun {
     }
     fn state(&self) -> Result<Vec<(String, &GramStats)>> {
         Ok(self.sums.state())
+    }
+    fn into_state(self: Box<Self>) -> Result<Vec<(String, GramStats)>> {
+        Ok(Sums::named(self.sums.labeled, self.sums.unlabeled))
     }
     fn size_bytes(&self) -> u64 {
         self.sums.size_bytes()

@@ -85,6 +85,10 @@ pub(crate) trait Accumulation: Send + std::fmt::Debug {
     /// Kept rows are not statistics: a run that keeps them writes no file.
     fn state(&self) -> Result<Vec<(String, &GramStats)>>;
 
+    /// [`Accumulation::state`] taken rather than borrowed (a part written or handed
+    /// over): a copy would double the statistics, 16 GiB at D = 65,536.
+    fn into_state(self: Box<Self>) -> Result<Vec<(String, GramStats)>>;
+
     /// Bytes held.
     fn size_bytes(&self) -> u64;
 

@@ -46,6 +46,9 @@ impl Accumulation for KeptRows {
     fn state(&self) -> Result<Vec<(String, &GramStats)>> {
         Err(not_statistics())
     }
+    fn into_state(self: Box<Self>) -> Result<Vec<(String, GramStats)>> {
+        Err(not_statistics())
+    }
     fn size_bytes(&self) -> u64 {
         RowStats::bytes_for(self.rows.rows() as u64, self.rows.dim(), self.rows.outputs())
     }

@@ -108,6 +108,9 @@ impl Accumulation for TwoPassRun {
     fn state(&self) -> Result<Vec<(String, &GramStats)>> {
         Ok(named(&self.pass1, self.pass2.as_ref()))
     }
+    fn into_state(self: Box<Self>) -> Result<Vec<(String, GramStats)>> {
+        Ok(named(self.pass1, self.pass2))
+    }
 
     fn size_bytes(&self) -> u64 {
         self.pass1.iter().chain(&self.pass2).map(GramStats::size_bytes).sum()
@@ -189,9 +192,8 @@ impl Accumulation for TwoPassRun {
 }
 
 /// The blocks as a checkpoint names them.
-fn named<'s>(pass1: &'s [GramStats], pass2: Option<&'s GramStats>) -> Vec<(String, &'s GramStats)> {
-    let mut v: Vec<(String, &GramStats)> =
-        pass1.iter().enumerate().map(|(i, s)| (format!("pass1.stage{i}"), s)).collect();
+fn named<S>(pass1: impl IntoIterator<Item = S>, pass2: Option<S>) -> Vec<(String, S)> {
+    let mut v: Vec<(String, S)> = pass1.into_iter().enumerate().map(|(i, s)| (format!("pass1.stage{i}"), s)).collect();
     v.extend(pass2.map(|p| ("pass2".to_string(), p)));
     v
 }
