@@ -34,11 +34,11 @@
 #            server's own CPU time, which shares the machine's cores
 #   spill    train at D = 16384 and 32768 (SPILL, "D:MiB" pairs) under a memory limit that
 #            leaves no room for the f32 factor beside the statistics: cholesky_f32 with the
-#            factor in the Gram's own memory (the Gram spilled beside the checkpoint) next
+#            factor in the Gram's own memory (the Gram read back from the checkpoint) next
 #            to the f64 factor in place at the same limit, back to back
 #   huge     train at D = 65,536 (tensor sketch, f32 Gram, fixed λ) on the 60k file:
 #            the 16 GiB triangle, checkpointed, the f32 factor in the Gram's own memory
-#            (about an hour)
+#            (about 30 minutes on the 2-core Xeon)
 #
 # DIMS, SOLVE_DIMS and ROWS_LARGE change the sizes. Data goes to bench-data/. The numpy
 # and scipy references run in PYTHON (default: the test venv, target/py-venv; skipped

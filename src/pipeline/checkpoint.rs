@@ -75,7 +75,7 @@ impl<'a> BeforeSolve<'a> {
 }
 
 impl KeepState for BeforeSolve<'_> {
-    fn keep(&self, blocks: &[(String, &GramStats)]) -> Result<()> {
+    fn keep(&self, blocks: &[(String, &GramStats)]) -> Result<Option<std::path::PathBuf>> {
         if !self.on_disk {
             let named: Vec<(&str, &GramStats)> = blocks.iter().map(|(n, s)| (n.as_str(), *s)).collect();
             self.checkpointer.write_blocks(&named, self.pass, self.done)?;
@@ -85,7 +85,8 @@ impl KeepState for BeforeSolve<'_> {
             // The test hook's kill inside the factorisation, once the state is on disk.
             std::process::abort();
         }
-        Ok(())
+        let path = self.checkpointer.path;
+        Ok((!crate::remote::is_remote(path)).then(|| crate::remote::local(path)))
     }
 
     fn spill_path(&self) -> Option<std::path::PathBuf> {

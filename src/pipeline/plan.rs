@@ -564,7 +564,7 @@ impl Planner<'_> {
             path_name,
             match (in_place, path) {
                 (true, SolvePath::CholeskyF32) if plan.spills() => format!(
-                    ", in place: the f32 factor in the Gram's own memory, refined against the Gram spilled beside the checkpoint ({} on disk)",
+                    ", in place: the f32 factor in the Gram's own memory, refined against the Gram read back from the checkpoint (where the checkpoint holds no copy of it, spilled beside it: {} on disk)",
                     mib(8 * crate::stats::TriGram::len_for(solve_dim) as u64)
                 ),
                 (true, SolvePath::CholeskyF32) => ", in place: the f32 factor beside the statistics, which an f64 fallback would checkpoint and factor themselves".into(),

@@ -100,23 +100,38 @@ pub(crate) fn direct(
     let in_place = solve.consumes();
     let dim = stats.dim();
     let mut report = report;
-    if let (true, Some(r)) = (in_place, report.as_deref_mut()) {
-        r.say(match (solve.path, spill) {
-            (SolvePath::CholeskyF32, Some(path)) => format!(
-                "solve: the f32 factor takes the statistics' own memory; their Gram is spilled to {} and read back by each refinement step",
-                path.display()
-            ),
-            (SolvePath::CholeskyF32, None) => "solve: an f64 fallback would factor in place on the statistics (they are on disk, or a copy of the Gram would not fit)".into(),
-            _ => "solve: factoring in place on the statistics (they are on disk, or a copy of the Gram would not fit)".into(),
+    if let (true, None, Some(r)) = (in_place, spill, report.as_deref_mut()) {
+        r.say(match solve.path {
+            SolvePath::CholeskyF32 => "solve: an f64 fallback would factor in place on the statistics (they are on disk, or a copy of the Gram would not fit)",
+            _ => "solve: factoring in place on the statistics (they are on disk, or a copy of the Gram would not fit)",
         });
     }
     // Statistics that nothing keeps (no checkpoint, or a copy of them) are consumed as they are.
-    let mut nothing = |_: &GramStats| Ok(());
-    let keep: Option<Keep<'_>> = match (in_place, keep) {
+    let mut nothing = |_: &GramStats| Ok(None);
+    let mut keep: Option<Keep<'_>> = match (in_place, keep) {
         (false, _) => None,
         (true, Some(k)) => Some(&mut *k),
         (true, None) => Some(&mut nothing),
     };
+    // A spilled solve knows where its Gram is read back from once the state is kept.
+    let mut saying;
+    if let Some((spill, inner)) = spill.and_then(|s| keep.take().map(|k| (s, k))) {
+        let mut r = report.as_deref_mut();
+        saying = move |s: &GramStats| {
+            let kept = inner(s)?;
+            let from = kept.as_ref().map_or_else(
+                || format!("spilled to {}", spill.display()),
+                |k| format!("read from the checkpoint {} (block '{}'), not written again", k.path.display(), k.block),
+            );
+            if let Some(r) = r.as_deref_mut() {
+                r.say(format!(
+                    "solve: the f32 factor takes the statistics' own memory; their Gram, {from}, is streamed back by each refinement step"
+                ));
+            }
+            Ok(kept)
+        };
+        keep = Some(&mut saying);
+    }
     let d = Ridge::direct(stats, solve.path, lambda, keep, spill, threads)?;
     if let (Some(rank), Some(r)) = (d.rank, report) {
         r.say(format!("note: the covariance has numerical rank {rank} of {dim}"));

@@ -39,14 +39,30 @@ pub(crate) struct SolveCtx<'a> {
 ///
 /// [`state`]: crate::pipeline::accumulate::Accumulation::state
 pub(crate) trait KeepState: Sync {
-    /// Keeps `blocks`; an error stops the solve with them whole.
-    fn keep(&self, blocks: &[(String, &GramStats)]) -> crate::error::Result<()>;
+    /// Keeps `blocks`; an error stops the solve with them whole. Answers the local file
+    /// that now holds them under their names, if one does.
+    fn keep(&self, blocks: &[(String, &GramStats)]) -> crate::error::Result<Option<std::path::PathBuf>>;
 
     /// A local file beside the kept state where a solve may spill a Gram it needs back
     /// while its memory holds something else (none: the state is not on local disk).
     fn spill_path(&self) -> Option<std::path::PathBuf> {
         None
     }
+}
+
+/// Keeps the state `blocks` by `keeper` (none: nothing keeps it) before a solve consumes
+/// `consumed`, and answers where that block can be read back: the kept file and the name
+/// of the block that is `consumed` itself (not a sum made from the blocks).
+pub(crate) fn keep_state(
+    keeper: Option<&dyn KeepState>,
+    blocks: &[(String, &GramStats)],
+    consumed: &GramStats,
+) -> crate::error::Result<Option<crate::solve::KeptAt>> {
+    let Some(path) = keeper.map(|k| k.keep(blocks)).transpose()?.flatten() else {
+        return Ok(None);
+    };
+    let block = blocks.iter().find(|(_, s)| std::ptr::eq(*s, consumed));
+    Ok(block.map(|(name, _)| crate::solve::KeptAt { path, block: name.clone() }))
 }
 
 impl<'a> SolveCtx<'a> {

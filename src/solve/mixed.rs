@@ -20,11 +20,11 @@ use faer::linalg::matmul::triangular::{self, BlockStructure};
 use faer::{Accum, Mat, MatRef, Par};
 use serde::{Deserialize, Serialize};
 
-use super::cholesky::{centred_rhs, consumed, folded, ridge_fixed, Keep};
+use super::cholesky::{centred_rhs, consumed, folded, ridge_fixed, Keep, KeptAt};
 use super::symmetric::symmetric_times;
 use crate::error::{Error, Result};
 use crate::stats::{
-    factor_tiles, gram_tiles_from_file, parallel, solve_tiles, split_tiles, stats_from_file, stats_to_file, tile_len,
+    factor_tiles, gram_from_file, gram_tiles_from_file, parallel, solve_tiles, split_tiles, stats_to_file, tile_len,
     tile_range, GramStats, TriGram, TILE,
 };
 
@@ -52,9 +52,9 @@ pub struct Refinement {
 /// statistics. `in_place`: a fallback factors the statistics' own Gram (consumed, once
 /// `in_place` has kept them) rather than a copy; a refinement that converges consumes
 /// nothing. `spill`: the f32 factor takes the Gram's memory instead (consumed, once kept),
-/// the f64 Gram written to this file and streamed back from it by each refinement step
-/// (removed when the solve ends). Returns `W` (row-major `D × c`), `b` and how the
-/// refinement ended.
+/// the f64 Gram streamed back by each refinement step from where `in_place` kept it, or
+/// else written to this file (removed when the solve ends). Returns `W` (row-major
+/// `D × c`), `b` and how the refinement ended.
 pub fn ridge_refined(
     stats: &mut GramStats,
     in_place: Option<Keep<'_>>,
@@ -93,20 +93,31 @@ impl Drop for Spilled<'_> {
 }
 
 /// [`ridge_refined`] with the f32 factor in the Gram's memory: the statistics kept, the
-/// Gram written to `path` (read back before it is used), then rounded into the factor's
-/// storage a tile row at a time from the last, each row's f64 memory freed as it goes.
+/// Gram read back from where they were kept (the run's checkpoint holds it as one of its
+/// blocks) or else written to `spill` (read back before it is used), then rounded into
+/// the factor's storage a tile row at a time from the last, each row's f64 memory freed
+/// as it goes.
 fn spilled(
     stats: &mut GramStats,
     in_place: Option<Keep<'_>>,
-    path: &Path,
+    spill: &Path,
     lambda: f64,
     threads: usize,
 ) -> Result<(Vec<f64>, Vec<f64>, Refinement)> {
-    if let Some(keep) = in_place {
-        keep(stats)?;
-    }
-    let _remove = Spilled(path);
-    stats_to_file(path, &[(SPILLED, &*stats)], serde_json::json!({ "kind": "spilled Gram" }))?;
+    let kept = match in_place {
+        Some(keep) => keep(stats)?,
+        None => None,
+    };
+    let mut _remove = None;
+    let KeptAt { path, block } = match kept {
+        Some(kept) => kept,
+        None => {
+            _remove = Some(Spilled(spill));
+            stats_to_file(spill, &[(SPILLED, &*stats)], serde_json::json!({ "kind": "spilled Gram" }))?;
+            KeptAt { path: spill.to_path_buf(), block: SPILLED.into() }
+        }
+    };
+    let path = path.as_path();
     let b = centred_rhs(stats);
     let gram = std::mem::replace(&mut stats.gram, TriGram::zeros(0));
     let dim = gram.dim();
@@ -115,7 +126,7 @@ fn spilled(
         path: path.to_path_buf(),
         message: format!("the Gram spilled for the mixed-precision solve: {e}"),
     };
-    let times = |w: &Mat<f64>| streamed_times(path, dim, w).map_err(bad);
+    let times = |w: &Mat<f64>| streamed_times(path, &block, dim, w).map_err(bad);
     let stalled = match refine(l32, stats, &b, lambda, threads, &times)? {
         Ok((w, refinement)) => {
             let (weights, bias) = folded(stats, &w);
@@ -124,12 +135,7 @@ fn spilled(
         Err(stalled) => stalled,
     };
     // The f32 factor is gone: the f64 Gram comes back from the file and is factored.
-    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    let (mut blocks, _) = stats_from_file(file).map_err(bad)?;
-    let work = match blocks.pop() {
-        Some((name, back)) if name == SPILLED && back.gram.dim() == dim => back.gram,
-        _ => return Err(bad(crate::container::ContainerError::Missing(SPILLED.into()))),
-    };
+    let work = gram_from_file(path, &block, dim).map_err(bad)?;
     let (weights, bias) = ridge_fixed(stats, work, lambda, threads)?;
     Ok((weights, bias, stalled))
 }
@@ -188,16 +194,17 @@ fn rounded_taking(gram: TriGram, stats: &GramStats, lambda: f64, threads: usize)
     a
 }
 
-/// `G W` for the Gram spilled to `path` (side `dim`), streamed a tile at a time: each
+/// `G W` for the Gram of block `block` of `path` (side `dim`), streamed a tile at a time: each
 /// tile below the diagonal serves `G_IJ W_J` and `G_IJᵀ W_I`. One thread: the read, not
 /// the `c`-column products, sets the pace.
 fn streamed_times(
     path: &Path,
+    block: &str,
     dim: usize,
     w: &Mat<f64>,
 ) -> std::result::Result<Mat<f64>, crate::container::ContainerError> {
     let mut out = Mat::<f64>::zeros(dim, w.ncols());
-    gram_tiles_from_file(path, SPILLED, dim, |ti, tj, tile| {
+    gram_tiles_from_file(path, block, dim, |ti, tj, tile| {
         let (ri, rj) = (tile_range(dim, ti), tile_range(dim, tj));
         let t = MatRef::from_row_major_slice(tile, ri.len(), rj.len());
         if ti == tj {
@@ -315,7 +322,7 @@ mod tests {
             &mut in_place,
             Some(&mut |_| {
                 asked += 1;
-                Ok(())
+                Ok(None)
             }),
             None,
             lambda,
@@ -356,7 +363,7 @@ mod tests {
             let mut spilled = st.clone();
             let mut keep = |s: &GramStats| {
                 kept.push(s.clone());
-                Ok(())
+                Ok(None)
             };
             let got = ridge_refined(&mut spilled, Some(&mut keep), Some(&path), lambda, threads).unwrap();
             assert_eq!(kept, vec![st.clone()], "the statistics are kept whole before the Gram is taken");
@@ -376,6 +383,46 @@ mod tests {
         let nowhere = spill_path("missing").join("a.gram");
         assert!(ridge_refined(&mut whole, None, Some(&nowhere), lambda, 2).is_err());
         assert_eq!(whole.gram, st.gram, "a spill that failed left the statistics whole");
+    }
+
+    #[test]
+    fn a_gram_kept_in_a_file_is_read_from_there_and_not_spilled_again() {
+        let (dim, c) = (2 * TILE + 37, 3);
+        let st = stats(900, dim, c, 4);
+        let other = stats(50, 7, 1, 5);
+        let (want_w, want_b) = ridge_fixed(&st, st.gram.clone(), 0.5, 2).unwrap();
+        let kept_at = spill_path("kept.ckpt");
+        // The spill would go where nothing can be written: a solve that wrote it fails.
+        let nowhere = spill_path("missing").join("a.gram");
+        let keep_to = |damage: bool| {
+            let (path, other) = (kept_at.clone(), &other);
+            move |s: &GramStats| {
+                stats_to_file(&path, &[("other", other), ("labeled", s)], serde_json::json!({})).unwrap();
+                if damage {
+                    let mut bytes = std::fs::read(&path).unwrap();
+                    let n = bytes.len();
+                    bytes[n - 8] ^= 1;
+                    std::fs::write(&path, bytes).unwrap();
+                }
+                Ok(Some(KeptAt { path: path.clone(), block: "labeled".into() }))
+            }
+        };
+        let mut spilled = st.clone();
+        let (w, b, r) = ridge_refined(&mut spilled, Some(&mut keep_to(false)), Some(&nowhere), 0.5, 2).unwrap();
+        assert!(!r.fell_back && r.residual.is_some_and(|x| x <= TOLERANCE), "{r:?}");
+        assert!(rel(&w, &want_w) < 1e-9 && rel(&b, &want_b) < 1e-9, "{:e}", rel(&w, &want_w));
+        assert!(kept_at.exists(), "the kept file is the caller's: the solve leaves it");
+        // A fallback reads the kept block back (and only it) to the f64 solution exactly.
+        let ill = stats_with_noise(600, TILE + 5, c, 7, 1e-5);
+        let lambda = 1e-9 * ill.gram.diagonal().into_iter().sum::<f64>();
+        let (want_w, want_b) = ridge_fixed(&ill, ill.gram.clone(), lambda, 2).unwrap();
+        let (w, b, r) = ridge_refined(&mut ill.clone(), Some(&mut keep_to(false)), Some(&nowhere), lambda, 2).unwrap();
+        assert!(r.fell_back, "{r:?}");
+        assert_eq!((&w, &b), (&want_w, &want_b), "the fallback factors the kept Gram read back");
+        // A kept file damaged after it was written is refused, never used.
+        let damaged = ridge_refined(&mut st.clone(), Some(&mut keep_to(true)), Some(&nowhere), 0.5, 2);
+        assert!(matches!(damaged, Err(Error::BadModel { .. })), "{damaged:?}");
+        std::fs::remove_file(&kept_at).unwrap();
     }
 
     #[test]
@@ -400,7 +447,7 @@ mod tests {
             &mut consumed,
             Some(&mut |s: &GramStats| {
                 seen.push(s.clone());
-                Ok(())
+                Ok(None)
             }),
             None,
             lambda,

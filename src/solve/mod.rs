@@ -31,7 +31,7 @@ pub mod rotated;
 mod symmetric;
 pub mod tridiag;
 
-pub use cholesky::Keep;
+pub use cholesky::{Keep, KeptAt};
 pub use eigen::{eigh_desc, Components, Pca};
 pub use mixed::Refinement;
 pub use ridge::{Direct, Ridge, SolvePath};

@@ -181,6 +181,17 @@ pub fn gram_tiles_from_file(
     })
 }
 
+/// The Gram of block `block` (side `dim`) of the statistics file `path`, read and
+/// verified without the file's other arrays (a checkpoint's other blocks stay on disk).
+pub fn gram_from_file(path: &std::path::Path, block: &str, dim: usize) -> std::result::Result<TriGram, ContainerError> {
+    let mut raw = Vec::with_capacity(TriGram::len_for(dim));
+    gram_tiles_from_file(path, block, dim, |_, _, tile| raw.extend_from_slice(tile))?;
+    if raw.iter().any(|v| !v.is_finite()) {
+        return Err(ContainerError::Inconsistent(format!("array '{block}.gram' holds a non-finite value")));
+    }
+    TriGram::from_raw(dim, raw).ok_or_else(|| ContainerError::Shape(format!("{block}.gram")))
+}
+
 /// Tiles the reading thread of [`gram_tiles_from_file`] may be ahead (512 KiB each).
 pub const TILES_IN_FLIGHT: usize = 8;
 

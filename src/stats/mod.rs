@@ -16,8 +16,8 @@ pub use add::Blocks;
 /// it): fewer rows per chunk than this pay the per-block pass over the triangle more often.
 pub const PRODUCT_ROWS: usize = ROW_BLOCK_F32;
 pub use file::{
-    checksum, gram_tiles_from_file, stats_from_bytes, stats_from_file, stats_to_bytes, stats_to_file, STATS_VERSION,
-    TILES_IN_FLIGHT,
+    checksum, gram_from_file, gram_tiles_from_file, stats_from_bytes, stats_from_file, stats_to_bytes, stats_to_file,
+    STATS_VERSION, TILES_IN_FLIGHT,
 };
 pub(crate) use tri::{parallel, split_tiles, split_tiles_ref, tile_len, tile_range};
 pub use tri::{TriGram, TILE};

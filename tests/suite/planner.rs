@@ -212,8 +212,10 @@ fn the_f32_factor_in_the_grams_own_memory_gives_the_f64_model_and_leaves_no_spil
     let named = ["--set", "ridge.solver=\"cholesky_f32\""];
     let (spilled, r, err) = train("spilled", &[&named[..], &["--set", &limit]].concat());
     assert_eq!(r["plan"]["solve"], serde_json::json!({"path": "cholesky_f32", "in_place": true, "spill": true}));
-    assert!(r["memory"]["line"].as_str().unwrap().contains("spilled beside the checkpoint"), "{r}");
-    assert!(err.contains("their Gram is spilled to"), "{err}");
+    assert!(r["memory"]["line"].as_str().unwrap().contains("read back from the checkpoint"), "{r}");
+    // The checkpoint written before the solve holds the Gram: it is read from there, not
+    // written a second time.
+    assert!(err.contains("read from the checkpoint") && err.contains("(block 'labeled')"), "{err}");
     assert_eq!(r["checkpointed_before_solve"], true, "{r}");
     let refinement = &r["solve"]["refinement"];
     assert_eq!(refinement["fell_back"], false, "{r}");
@@ -222,6 +224,30 @@ fn the_f32_factor_in_the_grams_own_memory_gives_the_f64_model_and_leaves_no_spil
     assert!(rel(&spilled.bias, &f64m.bias) < 1e-9);
     let left: Vec<_> = std::fs::read_dir(dir.path(".")).unwrap().flatten().map(|e| e.file_name()).collect();
     assert!(!left.iter().any(|n| n.to_string_lossy().contains(".gram")), "the spill is removed: {left:?}");
+    if cfg!(debug_assertions) {
+        // Killed inside that solve once the state is on disk (the debug builds' hook), a
+        // resume runs no pass, keeps the checkpoint it read as it is, and streams the Gram
+        // from it: the uninterrupted run's bytes, and no spill written.
+        let killed = dir.path("killed.sfm");
+        let args =
+            [&["train", p.to_str().unwrap(), "-o", killed.to_str().unwrap()][..], &named, &["--set", &limit]].concat();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_sketchfit"))
+            .args(&args)
+            .env("SKETCHFIT_TEST_ABORT_IN_SOLVE", "1")
+            .output()
+            .unwrap();
+        assert_ne!(out.status.code(), Some(0), "the hook must stop the run inside the solve");
+        assert!(dir.path("killed.sfm.ckpt").exists() && !killed.exists());
+        let out = sketchfit(&[&args[..], &["--resume"]].concat());
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        assert!(stderr(&out).contains("read from the checkpoint"), "{}", stderr(&out));
+        assert_eq!(std::fs::read(&killed).unwrap(), std::fs::read(dir.path("spilled.sfm")).unwrap());
+        let left: Vec<_> = std::fs::read_dir(dir.path(".")).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert!(
+            !left.iter().any(|n| n.to_string_lossy().contains(".gram") || n.to_string_lossy().ends_with(".ckpt")),
+            "{left:?}"
+        );
+    }
     // Without a checkpoint there is nowhere to spill: `auto` (which takes the f64 factor
     // at this D anyway) factors in place, the named path is refused before the pass.
     let no_checkpoint = ["--set", &limit, "--set", "run.checkpoint_every=0"];

@@ -8,7 +8,7 @@ use super::{select_rows, take, Accumulation, Batch, PassEnv};
 use crate::error::{Error, Result};
 use crate::pipeline::plan;
 use crate::pipeline::ridge::{primal, refit_lambda, settle};
-use crate::pipeline::solve_ctx::{Solution, SolveCtx};
+use crate::pipeline::solve_ctx::{keep_state, Solution, SolveCtx};
 use crate::stats::GramStats;
 
 /// The statistics of one pass: labeled rows, and unlabeled rows apart.
@@ -116,7 +116,7 @@ impl Accumulation for Primal {
         let Sums { mut labeled, unlabeled } = sums;
         let lambda = plan.selection.lambda();
         let keeper = ctx.keeper;
-        let mut keep = |l: &GramStats| keeper.map_or(Ok(()), |k| k.keep(&Sums::named(l, unlabeled.as_ref())));
+        let mut keep = |l: &GramStats| keep_state(keeper, &Sums::named(l, unlabeled.as_ref()), l);
         let solve = (plan.solve, plan.pca.as_ref());
         let solved = primal(&mut labeled, unlabeled.as_ref(), solve, lambda, ctx, Some(&mut keep))?;
         let refit_solve = plan.refit.unwrap_or(plan.solve);

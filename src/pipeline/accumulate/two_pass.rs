@@ -12,7 +12,7 @@ use crate::pipeline::plan;
 use crate::pipeline::prepare::FittedMap;
 use crate::pipeline::projection::{fit_stage_pcas, project, StagePca};
 use crate::pipeline::ridge::{enough_rows, primal, refit_lambda, settle, Solved};
-use crate::pipeline::solve_ctx::{Solution, SolveCtx};
+use crate::pipeline::solve_ctx::{keep_state, Solution, SolveCtx};
 use crate::stats::GramStats;
 
 /// Pass one's per-stage statistics, the PCA fitted from them, and pass two's statistics.
@@ -172,7 +172,7 @@ impl Accumulation for TwoPassRun {
             }
         };
         let keeper = ctx.keeper;
-        let mut keep = |p: &GramStats| keeper.map_or(Ok(()), |k| k.keep(&named(&pass1, Some(p))));
+        let mut keep = |p: &GramStats| keep_state(keeper, &named(&pass1, Some(p)), p);
         let solved = with_stages(primal(&mut p2, None, (plan.solve, None), lambda, ctx, Some(&mut keep))?);
         let refit_solve = plan.refit.unwrap_or(plan.solve);
         let mut refit = |held_out: &GramStats, lambdas: &[f64], ctx: &mut SolveCtx<'_>| {

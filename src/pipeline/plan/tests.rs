@@ -287,7 +287,7 @@ fn the_mixed_precision_factor_is_asked_for_or_taken_where_the_gram_is_f32_and_la
         let (p, memory) = Plan::decide(&checked, &facts(100_000, 8192), &local).unwrap();
         assert!((p.path(), p.factors_in_place(), p.spills()) == (SolvePath::CholeskyF32, true, true), "{p:?}");
         assert_eq!(memory.solve, SolvePath::spilled_bytes(8192, 3), "{}", memory.line);
-        assert!(memory.solve < 24 << 20 && memory.line.contains("spilled beside the checkpoint"), "{}", memory.line);
+        assert!(memory.solve < 24 << 20 && memory.line.contains("read back from the checkpoint"), "{}", memory.line);
         memory.check().unwrap();
     }
     let remote_auto = plan(&format!("{fixed}{tight}"), &facts(100_000, 8192), &remote).unwrap();
