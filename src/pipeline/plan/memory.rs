@@ -84,9 +84,10 @@ pub(super) const COPY_WHEN_ON_DISK_MAX: u64 = 256 << 20;
 /// stay within 128 MiB (two are alive at once) but never below one f32 product block
 /// ([`crate::stats::PRODUCT_ROWS`]). The chunk is the block the Gram's products see: each
 /// block costs a pass over the whole `D × D` triangle (the f32 tiles added into the f64
-/// sums), so at D = 65,536 a 512-row chunk spent as long adding tiles as multiplying.
-/// The floor's features, `8·PRODUCT_ROWS·D` bytes for two chunks, are `PRODUCT_ROWS / D`
-/// of the Gram's `8·D²/2` where the 128 MiB cap binds (D > 16,384): a sixteenth or less.
+/// sums): at D = 65,536 the cap's 512-row chunks made the products 1.08× slower than
+/// 2,048-row ones. The floor's features, `8·PRODUCT_ROWS·D` bytes for two chunks, are
+/// `2·PRODUCT_ROWS / D` of the Gram's `4·D²` where the cap binds (D > 16,384): an
+/// eighth at D = 32,768, a sixteenth at 65,536.
 /// A run that keeps its rows copies each chunk out: 64-row chunks keep the mapped
 /// buffers small beside the rows.
 pub(crate) fn chunk_rows_for(chunk_rows: usize, dim: usize, keeps_rows: bool) -> usize {
