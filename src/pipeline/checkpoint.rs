@@ -68,6 +68,12 @@ impl<'a> BeforeSolve<'a> {
         BeforeSolve { checkpointer, pass, done, on_disk, written: false.into() }
     }
 
+    /// The checkpoint as a local file (none: it is in object storage).
+    fn local_path(&self) -> Option<std::path::PathBuf> {
+        let path = self.checkpointer.path;
+        (!crate::remote::is_remote(path)).then(|| crate::remote::local(path))
+    }
+
     /// The solve handed the state over and it was written.
     pub(crate) fn written(&self) -> bool {
         self.written.load(std::sync::atomic::Ordering::Relaxed)
@@ -85,14 +91,12 @@ impl KeepState for BeforeSolve<'_> {
             // The test hook's kill inside the factorisation, once the state is on disk.
             std::process::abort();
         }
-        let path = self.checkpointer.path;
-        Ok((!crate::remote::is_remote(path)).then(|| crate::remote::local(path)))
+        Ok(self.local_path())
     }
 
     fn spill_path(&self) -> Option<std::path::PathBuf> {
-        let path = self.checkpointer.path;
-        (!crate::remote::is_remote(path)).then(|| {
-            let mut spill = crate::remote::local(path).into_os_string();
+        self.local_path().map(|p| {
+            let mut spill = p.into_os_string();
             spill.push(".gram");
             spill.into()
         })
