@@ -202,7 +202,7 @@ impl Plan {
     /// for where it cannot take the run, candidates in parts — naming the key; whether
     /// the memory fits is [`MemoryPlan::check`], once its line has been said.
     pub fn decide(checked: &CheckedPipeline, facts: &Facts, opts: &RunOptions) -> Result<(Plan, MemoryPlan)> {
-        let planner = Planner { checked, opts, facts, limit: memory_limit(checked) };
+        let planner = Planner { checked, opts, facts, limit: memory_limit(checked, facts.map_bytes) };
         let plan = planner.plan()?;
         let mut memory = match &plan {
             Plan::Dual(d) => planner.dual_memory(d),

@@ -268,7 +268,7 @@ fn fitted_map(
     // A Nyström stage needs more while it is built (its f64 factor) than it keeps.
     let kept: u64 = fitted.iter().map(|s| s.param_bytes(d)).sum();
     let bytes = fitted.iter().map(|s| kept - s.param_bytes(d) + s.build_peak_bytes(d)).fold(kept, u64::max);
-    if let Some(limit) = crate::pipeline::plan::memory_limit(checked).filter(|&l| bytes > l) {
+    if let Some(limit) = crate::pipeline::plan::memory_limit(checked, 0).filter(|&l| bytes > l) {
         return Err(Error::Memory {
             needed: bytes,
             limit,

@@ -67,10 +67,14 @@ pub(crate) fn available_memory() -> Option<u64> {
     Some(kb * 1024)
 }
 
-/// The memory limit in force: `run.memory_limit_mib`, or what the machine has available.
-pub(crate) fn memory_limit(checked: &CheckedPipeline) -> Option<u64> {
+/// The memory limit in force: `run.memory_limit_mib`, or what the machine has available
+/// plus `held`, the bytes the run already holds that its plan counts (the maps, built
+/// before the plan): the machine's figure no longer includes them, and the plan's total
+/// does. Without that, a Nyström map of 4.7 GiB was counted twice and a run that fitted
+/// in 24 GiB was refused (20.1 GB needed, 18.5 "allowed" with 23.7 free).
+pub(crate) fn memory_limit(checked: &CheckedPipeline, held: u64) -> Option<u64> {
     match checked.spec().run.memory_limit_mib {
-        0 => available_memory(),
+        0 => available_memory().map(|a| a.saturating_add(held)),
         m => Some(m << 20),
     }
 }

@@ -337,6 +337,24 @@ fn a_model_whose_maps_are_large_counts_its_write_and_read_back() {
 }
 
 #[test]
+fn the_machines_memory_counts_the_maps_already_built_once() {
+    // The plan's total counts the maps, which are resident when it is made and so are
+    // missing from the machine's available memory: the default limit adds them back.
+    let checked = spec("").unwrap();
+    let mut f = facts(100_000, 256);
+    f.map_bytes = 1 << 40;
+    let (_, memory) = Plan::decide(&checked, &f, &RunOptions::default()).unwrap();
+    if available_memory().is_some() {
+        assert!(memory.limit.is_some_and(|l| l >= 1 << 40), "{:?}", memory.limit);
+    }
+    // A limit the file sets is the run's whole budget, maps included.
+    let fixed = spec("[run]\nmemory_limit_mib = 4000\n").unwrap();
+    let (_, memory) = Plan::decide(&fixed, &f, &RunOptions::default()).unwrap();
+    assert_eq!(memory.limit, Some(4000 << 20));
+    assert!(memory.check().is_err());
+}
+
+#[test]
 fn block_krylov_takes_few_components_of_a_large_map() {
     let opts = RunOptions::default();
     let pca = |e: usize, dim: usize, method: &str| match plan(
