@@ -117,47 +117,7 @@ def main():
                 sys.exit(f"SPOTRS failed: info {info}")
             return z.astype(np.float64)
 
-        alpha = solve(yc)
-        # Refinement against the centred kernel rebuilt in f64: at a small λ the f32
-        # factor alone is far from the solution (K's condition number times 2⁻²⁴), and
-        # each step gains about that factor's accuracy again.
-        residuals = []
-        for _ in range(args.refine + 1):
-            resid = np.empty_like(yc)
-            for s, e in blocks:
-                kb = kern(x[s:e], x) - m[s:e, None] - m[None, :] + mbar
-                resid[s:e] = yc[s:e] - kb @ alpha - lam * alpha[s:e]
-            residuals.append(float(np.linalg.norm(resid) / np.linalg.norm(yc)))
-            print(f"# λ = {lam}: relative residual {residuals[-1]:.3g}", file=sys.stderr, flush=True)
-            if len(residuals) > args.refine or residuals[-1] < 1e-12:
-                break
-            alpha += solve(resid)
-        before = residuals[0]
-        # f(x) = Σ_i (k(x, x_i) − m_i) α_i + ȳ: the test row's own centring multiplies
-        # Σα = 0 (1ᵀ(K_c + λI)α = λ1ᵀα = 1ᵀY_c = 0).
-        shift = ybar - m @ alpha
-        wrong = 0
-        for s in range(0, len(xt), args.block):
-            scores = kern(xt[s : s + args.block], x) @ alpha + shift
-            wrong += int((scores.argmax(axis=1) != yt[s : s + args.block]).sum())
-        print(
-            json.dumps(
-                {
-                    "rows": n,
-                    "degree": args.degree,
-                    "lambda": lam,
-                    "test_error_pct": 100.0 * wrong / len(xt),
-                    "wrong": wrong,
-                    "residual_before_refinement": before,
-                    "refinement_steps": len(residuals) - 1,
-                    "residual_after": residuals[-1],
-                    "build_s": round(built, 1),
-                    "factor_s": round(factored, 1),
-                    "total_s": round(time.time() - t1, 1),
-                }
-            ),
-            flush=True,
-        )
+        refine_and_score(args, lam, "f32 (SPOTRF)", solve, x, yc, ybar, m, mbar, xt, yt, kern, blocks, built, factored, t1)
         del k, c
     print(f"# done in {time.time() - t0:.0f} s", file=sys.stderr)
 
@@ -218,29 +178,40 @@ def exact_f64(args, lam, x, yc, ybar, xt, yt, kern):
             z[s:e] = solve_triangular(low[i, i], z[s:e], lower=True, trans="T", check_finite=False)
         return z
 
+    factor = "f64, blocks of %d" % b
+    refine_and_score(args, lam, factor, solve, x, yc, ybar, m, mbar, xt, yt, kern, edges, built, factored, t1)
+
+
+def refine_and_score(args, lam, factor, solve, x, yc, ybar, m, mbar, xt, yt, kern, blocks, built, factored, t1):
+    """Solves (K_c + λI) α = Y_c by the factor's `solve`, refines against the centred
+    kernel rebuilt in f64 (at a small λ an f32 factor alone is far from the solution: K's
+    condition number times 2⁻²⁴; each step gains about that factor's accuracy again),
+    scores the test rows and prints the result."""
     alpha = solve(yc)
     residuals = []
     for _ in range(args.refine + 1):
         resid = yc - lam * alpha
-        for i, (s, e) in enumerate(edges):
+        for s, e in blocks:
             resid[s:e] -= (kern(x[s:e], x) - m[s:e, None] - m[None, :] + mbar) @ alpha
         residuals.append(float(np.linalg.norm(resid) / np.linalg.norm(yc)))
-        print(f"# λ = {lam} (f64 factor): relative residual {residuals[-1]:.3g}", file=sys.stderr, flush=True)
+        print(f"# λ = {lam} ({factor}): relative residual {residuals[-1]:.3g}", file=sys.stderr, flush=True)
         if len(residuals) > args.refine or residuals[-1] < 1e-12:
             break
         alpha += solve(resid)
+    # f(x) = Σ_i (k(x, x_i) − m_i) α_i + ȳ: the test row's own centring multiplies
+    # Σα = 0 (1ᵀ(K_c + λI)α = λ1ᵀα = 1ᵀY_c = 0).
     shift = ybar - m @ alpha
     wrong = 0
-    for s in range(0, len(xt), b):
-        scores = kern(xt[s : s + b], x) @ alpha + shift
-        wrong += int((scores.argmax(axis=1) != yt[s : s + b]).sum())
+    for s in range(0, len(xt), args.block):
+        scores = kern(xt[s : s + args.block], x) @ alpha + shift
+        wrong += int((scores.argmax(axis=1) != yt[s : s + args.block]).sum())
     print(
         json.dumps(
             {
-                "rows": n,
+                "rows": len(x),
                 "degree": args.degree,
                 "lambda": lam,
-                "factor": "f64, blocks of %d" % b,
+                "factor": factor,
                 "test_error_pct": 100.0 * wrong / len(xt),
                 "wrong": wrong,
                 "residual_before_refinement": residuals[0],
