@@ -127,8 +127,8 @@ def exact_f64(args, lam, x, yc, ybar, xt, yt, kern):
     kept as b × b blocks (n²/2 f64, 14.4 GB at n = 60,000) and factored block by block
     (right-looking: each block column's diagonal factored, the panel solved against it,
     the trailing blocks updated by products), so no LAPACK call sees more than b rows.
-    For a small λ, where the f32 factor is too far from the solution for refinement
-    (κ·2⁻²⁴ near 1), and where LAPACK's 32-bit indexing fails on the whole n × n matrix
+    For a small λ, where an f32 factor's refinement need not converge (it does only while
+    κ·2⁻²⁴ < 1), and where LAPACK's 32-bit indexing fails on the whole n × n matrix
     (SPOTRF at n = 60,000 ended in a segmentation fault here)."""
     from scipy.linalg import cholesky, solve_triangular
 
