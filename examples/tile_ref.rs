@@ -40,7 +40,7 @@ fn run<T: faer::traits::ComplexField + Copy>(
         _ => MatRef::from_column_major_slice(&data, rows, dim).subcols(c0, w),
     };
     let width = match layout {
-        Layout::Strips(w) => w.max(TILE) / TILE * TILE,
+        Layout::Strips(w) => w,
         _ => TILE,
     };
     let mut prod = vec![from(0.0); TILE * width];
@@ -66,7 +66,10 @@ fn main() {
     let f32_mode = args.get(3).is_some_and(|v| v == "f32");
     let layout = match args.get(4).map(String::as_str) {
         Some("panels") => Layout::Panels,
-        Some("strips") => Layout::Strips(args.get(5).and_then(|v| v.parse().ok()).unwrap_or(4 * TILE)),
+        Some("strips") => {
+            let w: usize = args.get(5).and_then(|v| v.parse().ok()).unwrap_or(4 * TILE);
+            Layout::Strips(w.max(TILE) / TILE * TILE)
+        }
         _ => Layout::Tiles,
     };
     let (secs, flops) =
@@ -74,7 +77,7 @@ fn main() {
     let name = match layout {
         Layout::Tiles => format!("tiles of {TILE}"),
         Layout::Panels => format!("row-major panels of {TILE}"),
-        Layout::Strips(_) => format!("tile rows in strips of {}", args.get(5).map_or("1024", String::as_str)),
+        Layout::Strips(w) => format!("tile rows in strips of {w}"),
     };
     println!(
         "faer tile products, {}, one core, {rows} rows × D = {dim} ({name}): {secs:.2} s, {:.1} GFLOP/s",

@@ -137,7 +137,7 @@ def exact_f64(args, lam, x, yc, ybar, xt, yt, kern):
     nb = len(edges)
     t1 = time.time()
     m = np.zeros(n)
-    for i, (s, e) in enumerate(edges):
+    for s, e in edges:
         m[s:e] = kern(x[s:e], x).mean(axis=1)
     mbar = m.mean()
 

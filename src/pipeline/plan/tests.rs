@@ -320,19 +320,23 @@ fn a_plan_that_does_not_fit_is_refused_before_the_pass_with_its_memory_stated() 
     assert_eq!(report.report.lines, vec![memory.line.clone()]);
 }
 
+/// The memory plan of `extra`'s pipeline over 100,000 rows at D = 256 beside maps of
+/// `map_bytes` already built.
+fn memory_beside_maps(extra: &str, map_bytes: u64) -> MemoryPlan {
+    let f = Facts { map_bytes, ..facts(100_000, 256) };
+    Plan::decide(&spec(extra).unwrap(), &f, &RunOptions::default()).unwrap().1
+}
+
 #[test]
 fn a_model_whose_maps_are_large_counts_its_write_and_read_back() {
     // A Nyström map of gigabytes beside a small Gram: writing the model (its arrays
     // encoded, decoded and rebuilt, beside the map) is the run's peak, and is what the
     // limit is checked against.
-    let checked = spec("").unwrap();
-    let mut f = facts(100_000, 256);
-    f.map_bytes = 1 << 30;
-    let (_, memory) = Plan::decide(&checked, &f, &RunOptions::default()).unwrap();
+    let memory = memory_beside_maps("", 1 << 30);
     assert!(memory.line.ends_with("the model's write and read-back 3072.0 MiB beside the maps"), "{}", memory.line);
     assert!(memory.needed >= 4 << 30, "{}", memory.needed);
     // Without such a map the pass is the peak, and the line says nothing of the write.
-    let (_, small) = Plan::decide(&checked, &facts(100_000, 256), &RunOptions::default()).unwrap();
+    let small = memory_beside_maps("", 0);
     assert!(!small.line.contains("read-back") && small.needed < 1 << 30, "{}", small.line);
 }
 
@@ -340,16 +344,12 @@ fn a_model_whose_maps_are_large_counts_its_write_and_read_back() {
 fn the_machines_memory_counts_the_maps_already_built_once() {
     // The plan's total counts the maps, which are resident when it is made and so are
     // missing from the machine's available memory: the default limit adds them back.
-    let checked = spec("").unwrap();
-    let mut f = facts(100_000, 256);
-    f.map_bytes = 1 << 40;
-    let (_, memory) = Plan::decide(&checked, &f, &RunOptions::default()).unwrap();
+    let memory = memory_beside_maps("", 1 << 40);
     if available_memory().is_some() {
         assert!(memory.limit.is_some_and(|l| l >= 1 << 40), "{:?}", memory.limit);
     }
     // A limit the file sets is the run's whole budget, maps included.
-    let fixed = spec("[run]\nmemory_limit_mib = 4000\n").unwrap();
-    let (_, memory) = Plan::decide(&fixed, &f, &RunOptions::default()).unwrap();
+    let memory = memory_beside_maps("[run]\nmemory_limit_mib = 4000\n", 1 << 40);
     assert_eq!(memory.limit, Some(4000 << 20));
     assert!(memory.check().is_err());
 }
