@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use crate::error::{Error, Location, Result};
+use crate::identity::Identity;
 
 /// A file being written to a temporary name.
 #[derive(Debug)]
@@ -24,12 +25,11 @@ pub struct AtomicFile {
     remote: bool,
 }
 
-/// A registered input: where it resolves to and, on Unix, which file it is.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A registered input: as it was given, and what it names.
+#[derive(Debug, Clone)]
 struct Input {
     given: PathBuf,
-    canonical: Option<PathBuf>,
-    identity: Option<(u64, u64)>,
+    identity: Identity,
 }
 
 static INPUTS: Mutex<Vec<Input>> = Mutex::new(Vec::new());
@@ -60,7 +60,8 @@ pub fn exists(path: &Path) -> Result<bool> {
 }
 
 /// Removes this run's own output (a served checkpoint), locally or in a store; a missing
-/// one is no fault.
+/// one is no fault. Only for a path [`check_outputs`] accepted as the run's checkpoint:
+/// that check refused it if it held anything this run did not write.
 pub fn remove_own(path: &Path) -> Result<()> {
     if crate::remote::is_remote(path) {
         return crate::remote::delete(path);
@@ -71,29 +72,9 @@ pub fn remove_own(path: &Path) -> Result<()> {
     }
 }
 
-#[cfg(unix)]
-fn identity(path: &Path) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
-}
-
-#[cfg(not(unix))]
-fn identity(_: &Path) -> Option<(u64, u64)> {
-    None
-}
-
-/// Where `path` resolves to: itself when it exists, else its directory's resolution
-/// joined with its name.
-fn resolve(path: &Path) -> Option<PathBuf> {
-    if crate::remote::is_remote(path) {
-        return Some(path.to_path_buf());
-    }
-    let path = &crate::remote::local(path);
-    if let Ok(c) = std::fs::canonicalize(path) {
-        return Some(c);
-    }
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    Some(std::fs::canonicalize(dir).ok()?.join(path.file_name()?))
+/// What `path` names under the storage options in force.
+fn identity(path: &Path) -> Identity {
+    crate::identity::of(path, &crate::remote::options())
 }
 
 /// Opens a file this run reads, after registering it as an input. Everything that is not a
@@ -177,9 +158,9 @@ fn open_failure(e: &std::io::Error) -> String {
 
 /// Records that this process reads `path`, so no output may replace it.
 pub fn register_input(path: &Path) {
-    let input = Input { given: path.to_path_buf(), canonical: resolve(path), identity: identity(path) };
+    let input = Input { given: path.to_path_buf(), identity: identity(path) };
     if let Ok(mut inputs) = INPUTS.lock() {
-        if !inputs.contains(&input) {
+        if !inputs.iter().any(|i| i.given == input.given && i.identity == input.identity) {
             inputs.push(input);
         }
     }
@@ -187,13 +168,9 @@ pub fn register_input(path: &Path) {
 
 /// The registered input that `target` would replace, if any.
 fn clashing_input(target: &Path) -> Option<PathBuf> {
-    let canonical = resolve(target);
     let id = identity(target);
     let inputs = INPUTS.lock().ok()?;
-    inputs
-        .iter()
-        .find(|i| (canonical.is_some() && i.canonical == canonical) || (id.is_some() && i.identity == id))
-        .map(|i| i.given.clone())
+    inputs.iter().find(|i| i.identity.same(&id)).map(|i| i.given.clone())
 }
 
 /// Checks that `target` can be written: its directory exists, it is not a directory,
@@ -239,6 +216,81 @@ pub fn check_output(target: &Path) -> Result<()> {
     Ok(())
 }
 
+/// A run's checkpoint, as [`check_outputs`] checks it.
+#[derive(Debug, Clone, Copy)]
+pub struct CheckpointCheck<'a> {
+    /// Where the checkpoint is written.
+    pub path: &'a Path,
+    /// Files beside it that the run writes and removes (the spilled Gram).
+    pub companions: &'a [PathBuf],
+    /// The run resumes from it (`--resume`): an existing one is this run's to continue.
+    pub resume: bool,
+}
+
+/// The one check of everything a run writes, before its first row: every output (each
+/// named by the flag or key that set it) can be written and is none of the run's inputs;
+/// the checkpoint and the files beside it are no input either and, unless the run resumes,
+/// hold nothing yet (a checkpoint is rewritten and removed at the end: whatever it held
+/// would be lost); and no two of these name one file or object, however spelt. Every
+/// command that writes goes through it, so a run deletes and replaces only what it made.
+pub fn check_outputs(outputs: &[(&str, &Path)], checkpoint: Option<CheckpointCheck<'_>>) -> Result<()> {
+    for (key, path) in outputs {
+        check_output(path).map_err(|e| match e {
+            Error::Usage { message, .. } => Error::usage(*key, message),
+            e => e,
+        })?;
+    }
+    let mut all: Vec<(String, PathBuf)> = outputs.iter().map(|(k, p)| (k.to_string(), p.to_path_buf())).collect();
+    if let Some(c) = checkpoint {
+        let key = "run.checkpoint";
+        let beside = c.companions.iter().map(|p| (format!("{key} (the file beside it, {})", p.display()), p.clone()));
+        for (name, path) in std::iter::once((key.to_string(), c.path.to_path_buf())).chain(beside) {
+            if crate::remote::is_remote(&path) {
+                crate::remote::check_scheme(&path)?;
+            }
+            if let Some(input) = clashing_input(&path) {
+                return Err(Error::usage(
+                    name,
+                    format!(
+                        "'{}' is also an input of this run ({}); a checkpoint is rewritten and removed: choose \
+                         another path",
+                        path.display(),
+                        input.display()
+                    ),
+                ));
+            }
+            if !c.resume && exists(&path)? {
+                return Err(Error::usage(
+                    name,
+                    format!(
+                        "'{}' exists and this run did not write it; a checkpoint is rewritten and removed at the end, \
+                         so sketchfit never starts one over something else: pass --resume to continue from it, or \
+                         remove it or choose another run.checkpoint",
+                        path.display()
+                    ),
+                ));
+            }
+            all.push((name, path));
+        }
+    }
+    let ids: Vec<Identity> = all.iter().map(|(_, p)| identity(p)).collect();
+    for (i, a) in ids.iter().enumerate() {
+        if let Some(j) = ids.iter().skip(i + 1).position(|b| a.same(b)) {
+            let (first, second) = (&all[i], &all[i + 1 + j]);
+            return Err(Error::usage(
+                second.0.clone(),
+                format!(
+                    "'{}' is the same file or object as {} ('{}'); every output of a run needs its own path",
+                    second.1.display(),
+                    first.0,
+                    first.1.display()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 impl AtomicFile {
     /// Starts writing `target` (its directory must exist; it must not be an input).
     pub fn create(target: &Path) -> Result<AtomicFile> {
@@ -256,8 +308,18 @@ impl AtomicFile {
             .file_name()
             .ok_or_else(|| Error::usage("output", format!("'{}' is not a file name", target.display())))?;
         let dir = target.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        let tmp = dir.join(format!(".{}.tmp-{}", name.to_string_lossy(), std::process::id()));
-        let file = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
+        // A new name, never an existing file's: `create_new` refuses one that is there (a
+        // file of the user's that happens to carry the name), and the count moves on.
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let (tmp, file) = loop {
+            let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let tmp = dir.join(format!(".{}.tmp-{}-{n}", name.to_string_lossy(), std::process::id()));
+            match std::fs::OpenOptions::new().write(true).read(true).create_new(true).open(&tmp) {
+                Ok(file) => break (tmp, file),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 1_000_000 => continue,
+                Err(e) => return Err(Error::io(&tmp, e)),
+            }
+        };
         Ok(AtomicFile { tmp, target: target.to_path_buf(), file: Some(file), remote: false })
     }
 

@@ -46,6 +46,7 @@ pub mod api;
 pub mod codes;
 pub mod container;
 pub mod error;
+pub mod identity;
 pub mod metrics;
 pub mod plot;
 pub mod remote;

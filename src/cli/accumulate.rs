@@ -42,17 +42,27 @@ pub fn run(a: Args) -> Result<()> {
     let spec = PipelineSpec::load(&a.pipeline, &set)?;
     let checked = spec.check()?;
     let shard = parse_shard(&a.shard)?;
-    let checkpoint: PathBuf = super::checkpoint_for(&a.output);
-    sketchfit::atomic::register_own(&checkpoint);
+    let checkpoint = (spec.run.checkpoint_every > 0).then(|| super::checkpoint_for(&a.output));
     let opts = RunOptions {
         progress: !a.quiet,
-        checkpoint: (spec.run.checkpoint_every > 0).then(|| checkpoint.clone()),
+        checkpoint: checkpoint.clone(),
         resume: a.resume,
         output: Some(a.output.clone()),
         ..RunOptions::default()
     };
+    super::register_inputs(&spec);
+    if let Some(p) = &a.pass1 {
+        sketchfit::atomic::register_input(p);
+    }
+    sketchfit::pipeline::check_run_outputs(&opts, "--output")?;
+    if let Some(c) = &checkpoint {
+        sketchfit::atomic::register_own(c);
+    }
     let mut reporter = super::reporter(a.quiet);
     accumulate_shard(&checked, shard, &a.output, &opts, a.pass1.as_deref(), &mut reporter)?;
-    let _ = sketchfit::atomic::remove_own(&checkpoint);
+    if let Some(c) = &checkpoint {
+        // Only a checkpoint this run wrote or resumed from: the output check refused any other.
+        let _ = sketchfit::atomic::remove_own(c);
+    }
     super::print_out(&format!("shard {}/{} statistics written to {}\n", shard.0, shard.1, a.output.display()))
 }

@@ -112,6 +112,22 @@ fn checkpoint_for(output: &std::path::Path) -> std::path::PathBuf {
     p.into()
 }
 
+/// Registers every input a pipeline names (its data, the feature list, the code file), so
+/// that an output onto any of them is refused before the run reads a row. A pattern that
+/// does not expand is left for the run itself to report, with its own location.
+fn register_inputs(spec: &sketchfit::pipeline::spec::PipelineSpec) {
+    let d = &spec.data;
+    for list in [&d.train, &d.test, &d.unlabeled, &d.validation] {
+        for p in sketchfit::source::expand_paths(list).unwrap_or_default() {
+            sketchfit::atomic::register_input(&p);
+        }
+    }
+    let files = d.feature_list.iter().map(std::path::PathBuf::from).chain(spec.ridge.code_file.iter().map(Into::into));
+    for f in files {
+        sketchfit::atomic::register_input(&f);
+    }
+}
+
 /// The reporter of a command: every line to stderr unless `quiet`.
 fn reporter(quiet: bool) -> sketchfit::pipeline::Reporter {
     sketchfit::pipeline::Reporter::new(Box::new(move |line: &str| {
@@ -124,7 +140,9 @@ fn reporter(quiet: bool) -> sketchfit::pipeline::Reporter {
 /// Writes what a run reported as JSON where `--report` asks (atomically, read back).
 fn write_report(path: Option<&std::path::Path>, report: &sketchfit::pipeline::RunReport) -> Result<(), Error> {
     let Some(path) = path else { return Ok(()) };
-    let text = serde_json::to_string_pretty(report).map_err(|e| Error::bug_from("the run report serialises", e))?;
+    let value = serde_json::to_value(report).map_err(|e| Error::bug_from("the run report serialises", e))?;
+    let text = serde_json::to_string_pretty(&sketchfit::identity::redact_json(value))
+        .map_err(|e| Error::bug_from("the run report serialises", e))?;
     sketchfit::atomic::write_bytes(path, text.as_bytes())
 }
 

@@ -37,9 +37,12 @@ pub fn run(a: Args) -> Result<()> {
     let spec = PipelineSpec::load(&a.pipeline, &a.set)?;
     let checked = spec.check()?;
     let quiet = a.quiet;
-    if let Some(r) = &a.report {
-        sketchfit::atomic::check_output(r)?;
+    for p in a.parts.iter().chain(&a.pass1) {
+        sketchfit::atomic::register_input(p);
     }
+    let mut outputs: Vec<(&str, &std::path::Path)> = vec![("--output", &a.output)];
+    outputs.extend(a.report.as_deref().map(|r| ("--report", r)));
+    sketchfit::atomic::check_outputs(&outputs, None)?;
     let mut reporter = super::reporter(quiet);
     // The parts are the statistics on disk: a large fixed-λ solve may consume them.
     let outcome = solve_parts(&checked, &a.parts, (a.allow_partial, a.pass1.as_deref()), &a.output, &mut reporter)?;

@@ -40,26 +40,23 @@ pub fn run(a: Args) -> Result<()> {
     let quiet = a.quiet;
     let checkpoint = (spec.run.checkpoint_every > 0)
         .then(|| spec.run.checkpoint.clone().unwrap_or_else(|| super::checkpoint_for(&a.output)));
-    if let Some(c) = &checkpoint {
-        // Rewritten as the pass goes: the one output this run may replace.
-        sketchfit::atomic::register_own(c);
-    }
-    // Test files are read after training: register them now so that an output onto
-    // one of them is refused before the pass, not after it.
-    for t in sketchfit::source::expand_paths(&spec.data.test).unwrap_or_default() {
-        sketchfit::atomic::register_input(&t);
-    }
-    if let Some(r) = &a.report {
-        sketchfit::atomic::check_output(r)?;
-    }
     let opts = RunOptions {
         progress: !quiet,
         stats_on_disk: checkpoint.is_some(),
         checkpoint: checkpoint.clone(),
         resume: a.resume,
         output: Some(a.output.clone()),
+        report: a.report.clone(),
         ..RunOptions::default()
     };
+    // Every input (test files are read after training) is registered and every output
+    // checked against them and each other now, before the pre-pass reads a row.
+    super::register_inputs(&spec);
+    sketchfit::pipeline::check_run_outputs(&opts, "--output")?;
+    if let Some(c) = &checkpoint {
+        // Rewritten as the pass goes: the one output this run may replace.
+        sketchfit::atomic::register_own(c);
+    }
     let threads = opts.threads_for(&checked);
     let mut reporter = super::reporter(quiet);
     let model = sketchfit::pipeline::run::train(&checked, &opts, &mut reporter)?;
@@ -87,7 +84,8 @@ pub fn run(a: Args) -> Result<()> {
     model.save(&a.output)?;
     super::write_report(a.report.as_deref(), &reporter.report)?;
     if let Some(c) = &checkpoint {
-        // The run is complete: its checkpoint has served.
+        // The run is complete: its checkpoint has served. The output check refused a
+        // checkpoint path that held anything this run did not write or resume from.
         let _ = sketchfit::atomic::remove_own(c);
     }
     out += &format!("model written to {}\n", a.output.display());

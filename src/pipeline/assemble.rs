@@ -43,7 +43,8 @@ pub(crate) fn assemble(checked: &CheckedPipeline, fitted: Fitted) -> Model {
         lambdas: s.lambdas,
         gcv: s.gcv,
         rows: s.rows,
-        pipeline: serde_json::to_value(spec).unwrap_or(serde_json::Value::Null),
+        // The header keeps the pipeline as given, less any credential in its URLs.
+        pipeline: crate::identity::redact_json(serde_json::to_value(spec).unwrap_or(serde_json::Value::Null)),
         checksum: String::new(),
         passes: spec.passes,
         unlabeled_rows: s.unlabeled_rows,

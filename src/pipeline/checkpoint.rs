@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::pipeline::accumulate::Accumulation;
 use crate::pipeline::parts::{read_stats, FileKind};
-use crate::pipeline::plan::Plan;
+use crate::pipeline::plan::{Plan, RunOptions};
 use crate::pipeline::solve_ctx::KeepState;
 use crate::stats::{stats_to_file, GramStats};
 
@@ -95,12 +95,39 @@ impl KeepState for BeforeSolve<'_> {
     }
 
     fn spill_path(&self) -> Option<std::path::PathBuf> {
-        self.local_path().map(|p| {
-            let mut spill = p.into_os_string();
-            spill.push(".gram");
-            spill.into()
-        })
+        spill_beside(self.checkpointer.path)
     }
+}
+
+/// Where the Gram is spilled beside a local checkpoint (none beside an object: the
+/// planner spills only to a local file).
+pub(crate) fn spill_beside(checkpoint: &Path) -> Option<std::path::PathBuf> {
+    (!crate::remote::is_remote(checkpoint)).then(|| {
+        let mut spill = crate::remote::local(checkpoint).into_os_string();
+        spill.push(".gram");
+        spill.into()
+    })
+}
+
+/// The one output check of a run (see [`crate::atomic::check_outputs`]): its result under
+/// `result_key`, its report, and its checkpoint with the spill file beside it. A command
+/// calls it once its inputs are registered and again just before the pass (the inputs are
+/// all open then).
+pub fn check_run_outputs(opts: &RunOptions, result_key: &str) -> Result<()> {
+    let mut outputs: Vec<(&str, &Path)> = Vec::new();
+    if let Some(o) = &opts.output {
+        outputs.push((result_key, o));
+    }
+    if let Some(r) = &opts.report {
+        outputs.push(("--report", r));
+    }
+    let companions: Vec<std::path::PathBuf> = opts.checkpoint.as_deref().and_then(spill_beside).into_iter().collect();
+    let checkpoint = opts.checkpoint.as_deref().map(|path| crate::atomic::CheckpointCheck {
+        path,
+        companions: &companions,
+        resume: opts.resume,
+    });
+    crate::atomic::check_outputs(&outputs, checkpoint)
 }
 
 /// The state a checkpoint holds, for `plan`, and the units it had done. The fingerprint

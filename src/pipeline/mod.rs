@@ -43,6 +43,7 @@ mod spec_toml;
 pub mod stream;
 
 pub use check::CheckedPipeline;
+pub use checkpoint::check_run_outputs;
 pub use parts::{parse_shard, FileKind, Statistics};
 pub use plan::{Plan, RunOptions};
 pub(crate) use prepare::fit_stages;

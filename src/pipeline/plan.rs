@@ -32,6 +32,8 @@ pub struct RunOptions {
     pub resume: bool,
     /// Where the result will be written, checked before the pass (none: not checked).
     pub output: Option<PathBuf>,
+    /// Where the run's report will be written (`--report`), checked with the other outputs.
+    pub report: Option<PathBuf>,
     /// Worker threads; 0 takes `run.threads` (whose 0 is every core).
     pub threads: usize,
     /// The statistics are safe on disk when the solve starts (a checkpoint is kept, or
@@ -285,7 +287,7 @@ impl Planner<'_> {
         if let Some(dual) = self.dual(dim)? {
             return Ok(Plan::Dual(dual));
         }
-        self.one(dim)
+        self.one(dim).map(|plan| self.settle(plan))
     }
 
     /// The plan of one map of `dim` features (no candidates).

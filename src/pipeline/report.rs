@@ -153,17 +153,18 @@ impl Reporter {
 
     /// Says a line.
     pub fn say(&mut self, line: impl Into<String>) {
-        let line = match &self.prefix {
+        // Every line passes the redaction on its way to the terminal and the report.
+        let line = crate::remote::redact(&match &self.prefix {
             Some(p) => format!("{p}{}", line.into()),
             None => line.into(),
-        };
+        });
         (self.sink)(&line);
         self.report.lines.push(line);
     }
 
     /// Records a warning and says it.
     pub fn warn(&mut self, warning: impl Into<String>) {
-        let w = warning.into();
+        let w = crate::remote::redact(&warning.into());
         self.say(format!("warning: {w}"));
         self.report.warnings.push(w);
     }

@@ -7,12 +7,14 @@ use crate::error::Result;
 use crate::model::Model;
 use crate::pipeline::assemble::{assemble, Fitted};
 use crate::pipeline::check::CheckedPipeline;
+use crate::pipeline::check::Learner;
 use crate::pipeline::checkpoint::{BeforeSolve, Checkpointer};
 use crate::pipeline::pass::{accumulate, Run};
 use crate::pipeline::plan::{Facts, Plan, RunOptions};
 use crate::pipeline::prepare::{prepare, Prepared};
 use crate::pipeline::report::Reporter;
 use crate::pipeline::solve_ctx::KeepState;
+use crate::solve::SolvePath;
 
 /// The plan of a prepared run, with the memory it needs stated (and refused beyond the
 /// limit) before the pass.
@@ -54,11 +56,26 @@ pub fn train_prepared(
     prep: Prepared,
     report: &mut Reporter,
 ) -> Result<Model> {
+    // `auto` is a choice and the checkpoint a fact: a run resumed from a checkpoint of
+    // statistics solves from statistics, never from kept rows (the dual), whatever auto
+    // would pick for a fresh run. (A dual asked for by name is refused by the pass, naming
+    // the checkpoint.)
+    let asks_dual = matches!(checked.learner, Learner::Ridge { solver: SolvePath::Dual });
+    let resumes = !asks_dual
+        && match (&opts.checkpoint, opts.resume) {
+            (Some(path), true) => crate::atomic::exists(path)?,
+            _ => false,
+        };
+    let resumed_opts;
+    let opts = if resumes && checked.candidates.is_none() {
+        resumed_opts = RunOptions { keep_statistics: true, ..opts.clone() };
+        &resumed_opts
+    } else {
+        opts
+    };
     let plan = decide(checked, &prep, opts, report)?;
     // The inputs are open (and registered) now: refuse a bad output before the pass.
-    for out in opts.output.iter().chain(&opts.checkpoint) {
-        crate::atomic::check_output(out)?;
-    }
+    crate::pipeline::checkpoint::check_run_outputs(opts, "--output")?;
     let run = Run { checked, prep: &prep, plan: &plan, opts, threads: opts.threads_for(checked) };
     let units: Vec<usize> = (0..prep.work.len()).collect();
     let acc = accumulate(&run, &units, report)?;

@@ -334,7 +334,7 @@ pub fn progress(total_rows: u64, what: &str, enabled: bool) -> ProgressBar {
         .unwrap_or_else(|_| ProgressStyle::default_bar())
         .progress_chars("=> ");
     bar.set_style(style);
-    bar.set_message(what.to_string());
+    bar.set_message(crate::remote::redact(what));
     bar
 }
 

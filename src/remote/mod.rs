@@ -15,6 +15,8 @@ use std::sync::Mutex;
 use crate::error::{Error, Result};
 
 #[cfg(feature = "remote")]
+pub mod fault;
+#[cfg(feature = "remote")]
 mod store;
 #[cfg(feature = "remote")]
 pub use store::{check_keys, delete, exists, glob, upload, Object, Pending};
@@ -118,10 +120,10 @@ pub fn parse_pairs(items: &[String], flag: &str) -> Result<Vec<(String, String)>
         .collect()
 }
 
-/// `text` with every secret option value replaced by `***`: no credential reaches a log
-/// line, an error message, a model or a part.
+/// `text` with every secret option value replaced by `***`, and every URL's userinfo and
+/// query values too: no credential reaches a log line, an error message, a model or a part.
 pub fn redact(text: &str) -> String {
-    let mut out = text.to_string();
+    let mut out = crate::identity::redact_urls(text);
     for (k, v) in options() {
         if is_secret(&k) && v.len() >= 4 {
             out = out.replace(&v, "***");

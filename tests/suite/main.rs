@@ -20,6 +20,7 @@ mod golden_maps;
 mod incremental;
 mod kfold;
 mod learners_verified;
+mod nothing_lost;
 mod nystrom;
 mod outputs;
 mod planner;

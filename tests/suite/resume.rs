@@ -213,3 +213,37 @@ fn a_refit_in_place_keeps_the_pass_without_the_held_out_rows() {
     assert_eq!(m.header.rows, 1500, "training and validation rows, each once");
     assert!(!dir.path("m.sfm.ckpt").exists());
 }
+
+#[test]
+fn auto_resumes_on_the_statistics_its_checkpoint_holds() {
+    if !cfg!(debug_assertions) {
+        eprintln!("skipped: the fault-injection hook is compiled out of release builds");
+        return;
+    }
+    // 1,200 rows at D = 4096: a fresh run under `auto` keeps its rows for the dual
+    // (n ≤ D/2). A run killed inside its Cholesky left statistics; auto is a choice and the
+    // checkpoint a fact, so `--resume` under auto solves them, to the Cholesky's weights.
+    let dir = TempDir::new("resume-auto");
+    write_data(&dir.path("train.parquet"), 1200, 200, 4);
+    let body = CLASSIFY
+        .replace("dim = 96", "dim = 4096")
+        .replace("[[stages]]\nkind = \"identity\"\n[pca]\ncomponents = 40\n", "")
+        + "[ridge]\nlambda = 0.1\nsolver = \"cholesky\"\n[run]\nchunk_rows = 64\nmemory_limit_mib = 110\n";
+    let p = pipeline(&dir, &body);
+    let whole = dir.path("whole.sfm");
+    let out = sketchfit(&["train", &p, "-o", whole.to_str().unwrap(), "-q"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let model = dir.path("killed.sfm");
+    assert_ne!(killed_in_solve(&p, &model, false).status.code(), Some(0));
+    assert!(dir.path("killed.sfm.ckpt").exists());
+    let json = dir.path("auto.json");
+    let auto = ["--set", "ridge.solver=\"auto\"", "--resume", "--report", json.to_str().unwrap()];
+    let out = sketchfit(&[&["train", &p, "-o", model.to_str().unwrap(), "-q"][..], &auto[..]].concat());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let r = report(&json);
+    assert_eq!(r["resumed"]["units_done"], 6, "{r}");
+    assert_eq!(r["plan"]["solve"]["path"], "cholesky", "{r}");
+    let (a, b) = (sketchfit::Model::load(&model).unwrap(), sketchfit::Model::load(&whole).unwrap());
+    assert_eq!(a.weights, b.weights);
+    assert!(!dir.path("killed.sfm.ckpt").exists());
+}
