@@ -152,6 +152,10 @@ pub struct CheckedPipeline {
     pub candidates: Option<CandidateSet>,
 }
 
+/// The largest `run.memory_limit_mib` (2⁴⁰ MiB, an exbibyte): its bytes and any sum of a
+/// few such limits stay inside a `u64`.
+pub const MAX_MEMORY_LIMIT_MIB: u64 = 1 << 40;
+
 impl PipelineSpec {
     /// Checks every setting (training files aside: a pipeline built in code may fit on
     /// batches in memory) and returns the typed pipeline. The first wrong key is named.
@@ -166,6 +170,17 @@ impl PipelineSpec {
         let learner = self.checked_learner(components, semi)?;
         if self.run.chunk_rows == 0 || self.run.chunk_rows > 1 << 22 {
             return Err(Error::config(f, "run.chunk_rows", "must be from 1 to 4194304"));
+        }
+        if self.run.memory_limit_mib > MAX_MEMORY_LIMIT_MIB {
+            return Err(Error::config(
+                f,
+                "run.memory_limit_mib",
+                format!(
+                    "{} MiB is past what a byte count can hold; give 0 (the machine's available memory) or a limit up \
+                     to {MAX_MEMORY_LIMIT_MIB} MiB",
+                    self.run.memory_limit_mib
+                ),
+            ));
         }
         if self.run.threads > 1024 {
             return Err(Error::config(f, "run.threads", "must be from 0 (all cores) to 1024"));

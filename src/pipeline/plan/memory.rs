@@ -3,9 +3,10 @@
 
 use serde::Serialize;
 
-use super::{Dual, RidgeSolve};
+use super::{Dual, Plan, RidgeSolve};
 use crate::error::{Error, Result};
 use crate::pipeline::check::CheckedPipeline;
+use crate::pipeline::check::Learner;
 use crate::solve::dual::RowStats;
 use crate::solve::{LambdaChoice, SolvePath};
 use crate::stats::GramStats;
@@ -75,7 +76,8 @@ pub(crate) fn available_memory() -> Option<u64> {
 pub(crate) fn memory_limit(checked: &CheckedPipeline, held: u64) -> Option<u64> {
     match checked.spec().run.memory_limit_mib {
         0 => available_memory().map(|a| a.saturating_add(held)),
-        m => Some(m << 20),
+        // The check refuses a limit past 2⁴⁰ MiB; saturate all the same, so no value wraps.
+        m => Some(m.saturating_mul(1 << 20)),
     }
 }
 
@@ -120,6 +122,57 @@ impl super::PcaPlan {
 }
 
 impl super::Planner<'_> {
+    /// Where the first solve's Cholesky keeps its memory — a copy of the statistics, in
+    /// place on them, the f32 factor in the Gram's own memory with the Gram spilled, or
+    /// (for `auto`) the f64 factor in place — chosen by the memory line itself
+    /// ([`Self::gram_memory`], the same terms it prints and checks): the first, in that
+    /// order, whose line fits the limit. A copy is passed over where the statistics are on
+    /// disk and the copy is large. Where none fits, the one that needs least, which the
+    /// memory check then refuses with its figure.
+    pub(super) fn settle(&self, plan: Plan) -> Plan {
+        let solve = match &plan {
+            Plan::Primal(p) => p.solve,
+            Plan::TwoPass(t) => t.solve,
+            _ => return plan,
+        };
+        if !solve.path.is_cholesky() {
+            return plan;
+        }
+        let with = |s: RidgeSolve| {
+            let mut p = plan.clone();
+            match &mut p {
+                Plan::Primal(x) => x.solve = s,
+                Plan::TwoPass(x) => x.solve = s,
+                _ => {}
+            }
+            p
+        };
+        let (path, f) = (solve.path, self.facts);
+        let dim = match &plan {
+            Plan::TwoPass(_) => self.two_pass_width(),
+            _ => f.dims.first().copied().unwrap_or(0),
+        };
+        let auto = matches!(self.checked.learner, Learner::Ridge { solver: SolvePath::Auto | SolvePath::Dual });
+        let local_checkpoint = self.opts.checkpoint.as_deref().is_some_and(|p| !crate::remote::is_remote(p));
+        let copy_on_disk = self.opts.stats_on_disk && path.bytes(dim, f.outputs) > COPY_WHEN_ON_DISK_MAX;
+        let mut options = Vec::new();
+        if !copy_on_disk {
+            options.push(RidgeSolve { path, in_place: false, spill: false });
+        }
+        options.push(RidgeSolve { path, in_place: true, spill: false });
+        if path == SolvePath::CholeskyF32 && local_checkpoint && matches!(plan, Plan::Primal(_)) {
+            options.push(RidgeSolve { path, in_place: true, spill: true });
+        }
+        if path == SolvePath::CholeskyF32 && auto {
+            options.push(RidgeSolve { path: SolvePath::Cholesky, in_place: true, spill: false });
+        }
+        let needed: Vec<(RidgeSolve, u64)> =
+            options.into_iter().map(|s| (s, self.gram_memory(&with(s)).needed)).collect();
+        let fits = needed.iter().find(|(_, n)| self.limit.is_none_or(|l| *n <= l));
+        let least = needed.iter().min_by_key(|(_, n)| *n);
+        fits.or(least).map_or(plan.clone(), |(s, _)| with(*s))
+    }
+
     /// Where the mixed solve's f32 factor does not fit beside the statistics, it takes
     /// the Gram's own memory, the f64 Gram spilled beside the checkpoint (a run with a
     /// local checkpoint); else `auto` factors in f64 in place (which needs nothing more)

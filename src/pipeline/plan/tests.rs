@@ -425,3 +425,53 @@ fn chunks_stay_within_128_mib_of_features_but_never_below_one_product_block() {
     assert_eq!(chunk_rows_for(8192, 65_536, true), 64);
     assert_eq!(chunk_rows_for(0, 4096, false), 1);
 }
+
+/// The plan and its memory at a limit of `mib` MiB.
+fn at_limit(extra: &str, dim: usize, mib: u64, opts: &RunOptions) -> (Plan, MemoryPlan) {
+    let checked = spec(&format!("{extra}[run]\nmemory_limit_mib = {mib}\n")).unwrap();
+    Plan::decide(&checked, &facts(100_000, dim), opts).unwrap()
+}
+
+#[test]
+fn copy_in_place_and_spill_are_chosen_by_the_line_the_run_prints_at_their_exact_boundaries() {
+    let fixed = "[ridge]\nlambda = 0.1\n";
+    let plain = RunOptions::default();
+    let local = RunOptions { stats_on_disk: true, checkpoint: Some("m.sfm.ckpt".into()), ..plain.clone() };
+    let mib_of = |bytes: u64| bytes.div_ceil(1 << 20);
+    for (extra, dim, opts) in [
+        (fixed.to_string(), 2048, &plain),
+        (format!("{fixed}solver = \"cholesky_f32\"\n"), 4096, &plain),
+        (format!("{fixed}solver = \"cholesky_f32\"\n"), 4096, &local),
+        ("[ridge]\nlambda = 0.1\n".to_string(), 4096, &local),
+    ] {
+        // Each option the planner can take, from the most memory to the least: the
+        // smallest limit that runs it runs it, and one MiB less takes the next or refuses.
+        let mut mib = 1 << 30;
+        let mut taken = Vec::new();
+        loop {
+            let (p, memory) = at_limit(&extra, dim, mib, opts);
+            let needed = mib_of(memory.needed);
+            let (p_at, m_at) = at_limit(&extra, dim, needed, opts);
+            assert_eq!(p_at, p, "{extra} D = {dim}: the smallest limit of {needed} MiB takes the same plan");
+            m_at.check().unwrap_or_else(|e| panic!("{extra} D = {dim} at {needed} MiB: {e}: {}", m_at.line));
+            taken.push((p.path(), p.factors_in_place(), p.spills(), needed));
+            let (below, m_below) = at_limit(&extra, dim, needed - 1, opts);
+            if m_below.check().is_err() {
+                // Refused with the figure of the least plan, which is the one just taken.
+                assert_eq!(below, p, "{extra} D = {dim}: past the last option the least is kept");
+                assert!(matches!(m_below.check(), Err(Error::Memory { needed: n, .. }) if n == memory.needed));
+                break;
+            }
+            assert_ne!(below, p, "{extra} D = {dim}: one MiB less than {needed} took the same plan and fitted");
+            mib = needed - 1;
+        }
+        assert!(taken.len() >= 2, "{extra} D = {dim}: a copy and then in place: {taken:?}");
+        assert!(!taken[0].1 && taken.last().is_some_and(|t| t.1), "{taken:?}");
+        // Every limit between fits exactly when it is at least the least plan's need.
+        let least = taken.last().map_or(0, |t| t.3);
+        for mib in least.saturating_sub(3)..taken[0].3 + 3 {
+            let (_, memory) = at_limit(&extra, dim, mib, opts);
+            assert_eq!(memory.check().is_ok(), mib >= least, "{extra} D = {dim} at {mib} MiB: {}", memory.line);
+        }
+    }
+}
