@@ -201,48 +201,11 @@ fn keyed_into<B, K: std::str::FromStr>(b: B, settings: &[(String, String)], with
     })
 }
 
-/// What a failed request means to the user: a missing object, refused credentials or an
-/// existing object are the user's to fix (exit 2); the rest failed after the retries.
+/// A failed request as the user's error: classified by [`super::fault`], the retry
+/// budget in force stated where the fault is the network's.
 fn fault(url: &str, e: object_store::Error) -> Error {
-    use object_store::Error as E;
-    let (message, transient) = match &e {
-        E::NotFound { .. } => (
-            "no such object (or no such bucket): check the bucket and key; list the prefix to see what is there".into(),
-            false,
-        ),
-        E::PermissionDenied { .. } => {
-            (format!("access denied ({e}); give credentials allowed to read or write this bucket"), false)
-        }
-        E::Unauthenticated { .. } => (
-            format!(
-                "the store refused the credentials ({e}); set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or the \
-                 GOOGLE_/AZURE_ variables), or give --storage-option"
-            ),
-            false,
-        ),
-        E::AlreadyExists { .. } | E::Precondition { .. } => (
-            "an object of this name exists; sketchfit never replaces an object: choose another name or delete it first"
-                .into(),
-            false,
-        ),
-        E::NotSupported { .. }
-        | E::NotImplemented { .. }
-        | E::UnknownConfigurationKey { .. }
-        | E::InvalidPath { .. } => (e.to_string(), false),
-        _ => {
-            let (retries, within) =
-                retry("").map_or((MAX_RETRIES, RETRY_TIMEOUT), |r| (r.max_retries, r.retry_timeout));
-            (
-                format!(
-                    "the request failed ({e}) after up to {retries} retries within {}s; check the network and the \
-                     endpoint, then run again (a pass resumes from its checkpoint)",
-                    within.as_secs_f64()
-                ),
-                true,
-            )
-        }
-    };
-    Error::Remote { url: url.to_string(), message: redact(&message), transient }
+    let budget = retry("").map_or((MAX_RETRIES, RETRY_TIMEOUT), |r| (r.max_retries, r.retry_timeout));
+    super::fault::error(url, &e, budget)
 }
 
 /// One object, as of the head request that opened it.
