@@ -282,7 +282,8 @@ impl Nystrom {
     }
 
     /// Factors `K_MM + εI` in f64 for `m` landmark rows: `ε` starts at `jitter` times the
-    /// mean diagonal and grows tenfold until every pivot is at least `ε/2`.
+    /// mean diagonal (at least f32's smallest normal value) and grows tenfold until every
+    /// pivot is at least `ε/2`.
     fn factor(kernel: ExactKernel, d: usize, landmarks: Arc<Vec<f32>>, m: usize, jitter: f64) -> Self {
         let t0 = std::time::Instant::now();
         let norms: Vec<f64> = landmarks.chunks_exact(d.max(1)).map(sq_norm).collect();
@@ -308,7 +309,10 @@ impl Nystrom {
         kmm(&mut a);
         let diagonal: f64 = (0..m).map(|r| kernel.of_dot(norms[r], norms[r], norms[r])).sum();
         let mean = diagonal / m.max(1) as f64;
-        let mut eps = jitter * mean.abs().max(f64::MIN_POSITIVE);
+        // ε is stored in the model as f32: never below f32's smallest normal value, so a
+        // tiny jitter or a zero diagonal (all-zero rows under a kernel with no offset)
+        // still gives a positive ε and a factor whose pivots f32 holds.
+        let mut eps = (jitter * mean.abs()).max(f64::from(f32::MIN_POSITIVE));
         loop {
             a.add_diagonal(eps);
             let tiles = a.tiles_mut().into_iter().map(|(_, _, t)| t).collect();
