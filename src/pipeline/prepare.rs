@@ -104,7 +104,9 @@ impl Prepared {
 
     /// A unit's identity for shard manifests: (unlabeled, file path, row group).
     pub(crate) fn unit_id(&self, w: &WorkUnit) -> (bool, String, usize) {
-        (w.unlabeled, self.dataset(w.unlabeled).files[w.unit.file].path.display().to_string(), w.unit.row_group)
+        // A part records where its rows came from, never how the store was reached.
+        let path = self.dataset(w.unlabeled).files[w.unit.file].path.display().to_string();
+        (w.unlabeled, crate::identity::redact_urls(&path), w.unit.row_group)
     }
 
     /// The map of the pipeline itself (the first candidate's with candidates).
@@ -174,19 +176,33 @@ pub fn prepare_inputs(
         Some(set) => set.pipelines.iter().collect(),
         None => vec![checked],
     };
-    let at_least = pipelines.iter().flat_map(|p| p.stages()).map(StageSpec::sample_rows).max().unwrap_or(0);
+    // Each candidate fits on the sample its own run would draw (a Nyström stage enlarges
+    // it to its landmarks), so the chosen candidate's model is its own run's, bit for bit:
+    // one read of the row groups feeds a reservoir per distinct size.
+    let sizes: Vec<usize> = pipelines
+        .iter()
+        .map(|p| sample_size(spec, p.stages().iter().map(StageSpec::sample_rows).max().unwrap_or(0)))
+        .collect();
+    let mut distinct = sizes.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
     let t0 = std::time::Instant::now();
-    let sample = prepass_sample(&labeled, unlabeled.as_ref(), &work, (spec, at_least), &mut check)?;
+    let samples = prepass_samples(&labeled, unlabeled.as_ref(), &work, (spec, &distinct), &mut check)?;
     let read = t0.elapsed().as_secs_f64();
     let maps = pipelines
         .iter()
+        .zip(&sizes)
         .enumerate()
-        .map(|(j, p)| fitted_map(checked, p.stages(), &sample, labeled.dim(), j))
+        .map(|(j, (p, n))| {
+            let sample = distinct.iter().position(|m| m == n).and_then(|k| samples.get(k));
+            let sample = sample.ok_or_else(|| Error::bug("every candidate's sample size was drawn"))?;
+            fitted_map(checked, p.stages(), sample, labeled.dim(), j)
+        })
         .collect::<Result<Vec<_>>>()?;
     let first = maps.first().ok_or_else(|| Error::bug("no candidate pipelines"))?;
     report.say(format!(
         "pre-pass: {} sample rows read in {read:.1} s; stages fitted, maps drawn and the shift taken in {:.1} s",
-        sample.len() / labeled.dim().max(1),
+        samples.iter().map(Vec::len).max().unwrap_or(0) / labeled.dim().max(1),
         t0.elapsed().as_secs_f64() - read
     ));
     for (i, st) in first.pipeline.stages().iter().enumerate() {
@@ -296,7 +312,8 @@ pub(crate) fn fit_stages(spec: &PipelineSpec, data: &Dataset) -> Result<Vec<Stag
     let needs = spec.stages.iter().any(StageSpec::needs_nonnegative);
     let mut check = |ch: &Chunk| check_nonnegative(needs, ch, &data.features);
     let at_least = spec.stages.iter().map(StageSpec::sample_rows).max().unwrap_or(0);
-    let sample = prepass_sample(data, None, &work, (spec, at_least), &mut check)?;
+    let sizes = [sample_size(spec, at_least)];
+    let sample = prepass_samples(data, None, &work, (spec, &sizes), &mut check)?.pop().unwrap_or_default();
     let d = data.dim();
     spec.stages.iter().enumerate().map(|(i, s)| s.fit(&sample, d, spec.run.seed, i)).collect()
 }
@@ -353,18 +370,25 @@ fn same_features(train: &Dataset, other: &Dataset, what: &str) -> Result<()> {
     Err(Error::data(at, message))
 }
 
-/// The pre-pass sample of `run.sample_rows` rows, or `at_least` where more (a Nyström
-/// stage's landmarks): units in a seeded random order until they hold four times the
-/// sample size (every unit for small inputs), then a seeded reservoir over their rows.
-/// It reads only those row groups and is the same in every shard.
-pub(crate) fn prepass_sample(
+/// Rows in the pre-pass sample: `run.sample_rows`, or `at_least` where more (a Nyström
+/// stage's landmarks).
+fn sample_size(spec: &PipelineSpec, at_least: usize) -> usize {
+    spec.run.sample_rows.max(at_least).max(1)
+}
+
+/// The pre-pass samples of the given sizes, as each would be drawn alone: for a size `n`,
+/// units in a seeded random order until they hold four times `n` rows (every unit for
+/// small inputs), then a seeded reservoir of `n` over their rows. The order does not
+/// depend on `n`, so one read of the largest size's units feeds every reservoir (each
+/// offered only its own units' rows). It reads only those row groups and is the same in
+/// every shard.
+pub(crate) fn prepass_samples(
     labeled: &Dataset,
     unlabeled: Option<&Dataset>,
     work: &[WorkUnit],
-    (spec, at_least): (&PipelineSpec, usize),
+    (spec, sizes): (&PipelineSpec, &[usize]),
     check: &mut dyn FnMut(&Chunk) -> Result<()>,
-) -> Result<Vec<f32>> {
-    let n = spec.run.sample_rows.max(at_least).max(1);
+) -> Result<Vec<Vec<f32>>> {
     let d = labeled.dim();
     let mut rng = StageRng::new(spec.run.seed, u64::MAX - 1);
     let mut order: Vec<usize> = (0..work.len()).collect();
@@ -372,36 +396,48 @@ pub(crate) fn prepass_sample(
         let j = rng.below(k as u32 + 1) as usize;
         order.swap(k, j);
     }
-    let mut take = Vec::new();
-    let mut rows = 0;
-    for &i in &order {
-        if rows >= 4 * n {
-            break;
-        }
-        take.push(i);
-        rows += work[i].unit.rows;
-    }
-    take.sort_unstable();
-    let mut res = Reservoir::new(n, d, spec.run.seed, u64::MAX);
+    // The units each size takes: a prefix of the one order.
+    let takes: Vec<Vec<usize>> = sizes
+        .iter()
+        .map(|&n| {
+            let mut take = Vec::new();
+            let mut rows = 0;
+            for &i in &order {
+                if rows >= 4 * n {
+                    break;
+                }
+                take.push(i);
+                rows += work[i].unit.rows;
+            }
+            take
+        })
+        .collect();
+    let mut all: Vec<usize> = takes.iter().flatten().copied().collect();
+    all.sort_unstable();
+    all.dedup();
+    let mut reservoirs: Vec<Reservoir> = sizes.iter().map(|&n| Reservoir::new(n, d, spec.run.seed, u64::MAX)).collect();
     let dataset = |w: WorkUnit| match (w.unlabeled, unlabeled) {
         (true, Some(u)) => Ok(u),
         (true, None) => Err(Error::bug("unlabeled work unit without unlabeled inputs")),
         (false, _) => Ok(labeled),
     };
-    for (k, &i) in take.iter().enumerate() {
+    for (k, &i) in all.iter().enumerate() {
         let w = work[i];
         let ds = dataset(w)?;
         // The next sampled row group's bytes come while this one is read (remote files).
-        if let Some(&next) = take.get(k + 1) {
+        if let Some(&next) = all.get(k + 1) {
             dataset(work[next])?.prefetch(work[next].unit);
         }
+        let wanted: Vec<bool> = takes.iter().map(|t| t.contains(&i)).collect();
         ds.read_unit(w.unit, spec.run.chunk_rows, &mut |ch: Chunk| {
             check(&ch)?;
-            res.offer(&ch.x, ch.rows);
+            for (res, _) in reservoirs.iter_mut().zip(&wanted).filter(|(_, w)| **w) {
+                res.offer(&ch.x, ch.rows);
+            }
             Ok(())
         })?;
     }
-    Ok(res.rows)
+    Ok(reservoirs.into_iter().map(|r| r.rows).collect())
 }
 
 /// Each stage's range of features in `pipeline`'s output.

@@ -115,3 +115,32 @@ fn candidates_need_a_held_out_metric_one_process_and_one_key() {
     let e = p.accumulate_files(files, (0, 1)).unwrap_err().to_string();
     assert!(e.contains("candidates run in one process"), "{e}");
 }
+
+#[test]
+fn landmark_candidates_each_fit_on_their_own_runs_sample_so_the_chosen_model_is_its_own_run() {
+    // `run.sample_rows` below the larger `dim`: a Nyström stage enlarges the pre-pass sample
+    // to its landmarks, so each candidate's sample is as large as its own run's.
+    let dir = TempDir::new("candidates-nystrom");
+    let landmarks = |dim: &str| {
+        let nystrom = format!("[[stages]]\nkind = \"nystrom\"\nkernel = \"gaussian\"\nsigma = 1.5\n{dim}\n");
+        let s = spec(&dir, "", "");
+        let text = PIPELINE
+            .replace("TRAIN", &s.data.train[0].display().to_string())
+            .replace("VALIDATION", &format!("validation = [\"{}\"]", dir.path("val.parquet").display()))
+            .replace("[[stages]]\nkind = \"tensor_sketch\"\ndegree = 2\ndim = 32\n[[stages]]\nkind = \"rff\"\ndim = 96\nCANDIDATES\n", &nystrom)
+            .replace("SELECT", "")
+            .replace("seed = 4", "seed = 4\nsample_rows = 24");
+        PipelineSpec::from_toml_str(&text, "nystrom-candidates.toml").unwrap()
+    };
+    let model = fit(landmarks("candidates = { dim = [16, 96] }"));
+    let table = model.header.candidates.clone().expect("the candidate table");
+    let own = fit(landmarks(&format!("dim = {}", [16, 96][table.chosen])));
+    assert_eq!(model.header.stages, own.header.stages, "the chosen candidate's landmarks are its own run's");
+    assert_eq!(model.weights, own.weights);
+    assert_eq!(model.header.lambdas, own.header.lambdas);
+    // And the other candidate's score is its own run's too.
+    let other = 1 - table.chosen;
+    let m = fit(landmarks(&format!("dim = {}", [16, 96][other])));
+    let t = m.header.validation.clone().unwrap();
+    assert_eq!(table.score[other], t.score[t.grid.iter().position(|&l| l == t.chosen[0]).unwrap()]);
+}
