@@ -34,6 +34,7 @@ impl Run<'_> {
             candidate: 0,
             labels: &self.prep.labels,
             training,
+            training_units: None,
             threads: self.threads,
             report,
             keeper: None,

@@ -38,9 +38,10 @@ pub fn accumulate_shard(
     }
     let opts = RunOptions { keep_statistics: true, ..opts.clone() };
     let prep = prepare(checked, report)?;
-    for out in std::iter::once(out).chain(opts.checkpoint.as_deref()) {
-        crate::atomic::check_output(out)?;
-    }
+    crate::pipeline::checkpoint::check_run_outputs(
+        &RunOptions { output: Some(out.to_path_buf()), ..opts.clone() },
+        "--output",
+    )?;
     let part = accumulate_part(checked, prep, (shard, pass1), &opts, report)?;
     part.save(out)
 }
@@ -178,6 +179,11 @@ pub(crate) fn solve_loaded(
             .map_err(|message| Error::BadModel { path: p.origin.clone(), message })?;
     }
     report.say(format!("merged {} shard(s) of {}", parts.len(), first.shards));
+    // Solved without some shards, a stream over the training rows (k-fold scoring) must
+    // see only the row groups the parts hold.
+    let covered: Option<Vec<(String, usize)>> = (!missing.is_empty()).then(|| {
+        parts.iter().flat_map(|p| &p.meta.units).filter(|u| !u.0).map(|(_, path, rg)| (path.clone(), *rg)).collect()
+    });
     let origin = parts[0].origin.clone();
     if let Some(i) = first.stages.iter().position(StageSpec::needs_fit) {
         return Err(Error::BadModel {
@@ -210,7 +216,7 @@ pub(crate) fn solve_loaded(
         Labels { classes: first.classes.clone(), code: first.output_code()?, features: first.features.clone() };
     let shift = blocks.iter().find(|(n, _)| n == "labeled" || n == "fold0").map(|(_, s)| s.shift.clone());
     let map = FittedMap::build(first.stages.clone(), first.features.dim, checked.seed(), shift)?;
-    let solved = solve_blocks(checked, (map, labels), blocks, (first.pass, &origin), opts, report)?;
+    let solved = solve_blocks(checked, (map, labels), blocks, (first.pass, &origin, covered.as_deref()), opts, report)?;
     Ok(SolveOutcome::Model(Box::new(solved)))
 }
 
@@ -219,12 +225,12 @@ fn solve_blocks(
     checked: &CheckedPipeline,
     run: (FittedMap, Labels),
     blocks: Vec<(String, GramStats)>,
-    at: (u32, &Path),
+    at: (u32, &Path, Option<&[(String, usize)]>),
     opts: &RunOptions,
     report: &mut Reporter,
 ) -> Result<Model> {
     let (map, labels) = run;
-    let (pass, origin) = at;
+    let (pass, origin, covered) = at;
     let outputs = labels.code.as_ref().map_or(checked.spec().data.targets.len(), OutputCode::outputs);
     let facts = Facts {
         d: labels.features.dim,
@@ -246,6 +252,18 @@ fn solve_blocks(
         (Plan::KFold(_), false) => Some(Dataset::open(&spec.data.train, checked.columns())?),
         _ => None,
     };
+    let units: Option<Vec<crate::source::Unit>> = match (&training, covered) {
+        (Some(data), Some(covered)) => Some(
+            data.units()
+                .into_iter()
+                .filter(|u| {
+                    let path = crate::identity::redact_urls(&data.files[u.file].path.display().to_string());
+                    covered.iter().any(|(p, rg)| *p == path && *rg == u.row_group)
+                })
+                .collect(),
+        ),
+        _ => None,
+    };
     let maps = [map];
     let solution = {
         let mut ctx = crate::pipeline::solve_ctx::SolveCtx {
@@ -254,6 +272,7 @@ fn solve_blocks(
             candidate: 0,
             labels: &labels,
             training: training.as_ref(),
+            training_units: units.as_deref(),
             threads: opts.threads_for(checked),
             report,
             keeper: None,

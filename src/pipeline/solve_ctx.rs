@@ -24,6 +24,9 @@ pub(crate) struct SolveCtx<'a> {
     pub labels: &'a Labels,
     /// The training rows, when a solve streams them again (k-fold scoring).
     pub training: Option<&'a Dataset>,
+    /// The row groups of `training` the statistics hold, where they are not all of them
+    /// (parts solved with `--allow-partial`): k-fold scoring streams only these.
+    pub training_units: Option<&'a [crate::source::Unit]>,
     /// Worker threads.
     pub threads: usize,
     /// The report.

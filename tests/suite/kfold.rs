@@ -209,3 +209,31 @@ fn k_fold_settings_are_checked_and_parts_must_share_the_fold_layout() {
     let e = base().solve(parts).unwrap_err().to_string();
     assert!(e.contains("streams the training rows once more"), "{e}");
 }
+
+#[test]
+fn k_fold_parts_solve_without_a_missing_shard_when_allowed() {
+    // 900 rows in three row groups; shard 0 of 2 holds groups 0 and 2. The scoring stream
+    // reads only those: a check against every file's rows refused the documented option.
+    let dir = TempDir::new("kfold-partial");
+    let (path, _) = data(&dir, false);
+    let text = format!(
+        "task = \"classification\"\n[data]\ntrain = [\"{}\"]\nfeatures = [\"a\", \"b\", \"c\", \"d\"]\nlabel = \"label\"\n\
+         [[stages]]\nkind = \"rff\"\ndim = 64\nsigma = 1.0\n[ridge]\ncv = 3\n[run]\nseed = 5\nthreads = 2\n",
+        path.display()
+    );
+    let p = dir.path("p.toml");
+    std::fs::write(&p, text).unwrap();
+    let (p, part) = (p.to_str().unwrap(), dir.path("part0.sfs"));
+    let part = part.to_str().unwrap();
+    let out = sketchfit(&["accumulate", p, "--shard", "0/2", "-o", part, "-q"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let model = dir.path("m.sfm");
+    let out = sketchfit(&["solve", p, part, "-o", model.to_str().unwrap(), "-q"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("missing"));
+    let out = sketchfit(&["solve", p, part, "--allow-partial", "-o", model.to_str().unwrap(), "-q"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let m = Model::load(&model).unwrap();
+    assert_eq!(m.header.rows, 600);
+    assert_eq!(m.header.validation.unwrap().metric, "accuracy");
+}

@@ -112,6 +112,7 @@ impl Accumulation for CandidateRun {
                     candidate: i,
                     labels: ctx.labels,
                     training: ctx.training,
+                    training_units: ctx.training_units,
                     threads: ctx.threads,
                     report,
                     keeper: None,

@@ -128,7 +128,8 @@ fn score_folds(
     let mut z = Vec::new();
     // The pass's chunk rows: the memory line counts its buffers, not `run.chunk_rows`'.
     let chunk = chunk_rows_for(spec.run.chunk_rows, dim, false);
-    for unit in data.units() {
+    let units = ctx.training_units.map_or_else(|| data.units(), <[_]>::to_vec);
+    for unit in units {
         data.read_unit(unit, chunk, &mut |ch: Chunk| {
             check_nonnegative(needs, &ch, &data.features)?;
             z.resize(ch.rows * dim, 0.0);
