@@ -422,3 +422,78 @@ def test_a_single_object_over_http_trains_the_local_model(env, tmp_path):
         server.shutdown()
     assert _arrays((tmp_path / "http.sfm").read_bytes()) == _arrays((tmp_path / "local.sfm").read_bytes())
     assert missing.returncode == 2 and "no such object" in missing.stderr, missing.stderr
+
+
+def test_nothing_in_the_store_is_lost_to_a_checkpoint_however_it_is_spelt(env, s3, bucket, tmp_path):
+    """``run.checkpoint`` naming the model's URL, an object the run did not write, or a
+    training object under a scheme alias (``s3a://``) is refused before the first row,
+    and every object stays as it was."""
+    files = _digits_parts(tmp_path, parts=1)
+    _upload(s3, bucket, files)
+    s3.put_object(Bucket=bucket, Key="other/notes.txt", Body=b"someone's object")
+    toml = tmp_path / "p.toml"
+    toml.write_text(PIPELINE.format(train=f"s3://{bucket}/train/part-*.parquet"))
+
+    def objects():
+        listed = s3.list_objects_v2(Bucket=bucket).get("Contents", [])
+        return {o["Key"]: _get(s3, bucket, o["Key"]) for o in listed}
+
+    before = objects()
+    model = f"s3://{bucket}/models/m.sfm"
+    for checkpoint in (model, f"s3a://{bucket}/models/m.sfm", f"s3://{bucket}/other/notes.txt",
+                       f"s3a://{bucket}/train/part-0.parquet", f"s3://{bucket}//train/./part-0.parquet"):
+        r = run(env, "train", toml, "-o", model, "--quiet", "--set", f'run.checkpoint="{checkpoint}"', cwd=tmp_path)
+        assert r.returncode == 2 and "run.checkpoint" in r.stderr, (checkpoint, r.stderr)
+        assert objects() == before, checkpoint
+    # A checkpoint of its own in the store serves and is removed; the model stays.
+    out = ok(env, "train", toml, "-o", model, "--quiet", "--set", f'run.checkpoint="s3://{bucket}/ckpt/m.ckpt"')
+    assert "model written" in out
+    after = objects()
+    assert "models/m.sfm" in after and not any(k.startswith("ckpt/") for k in after)
+    assert {k: v for k, v in after.items() if k != "models/m.sfm"} == before
+
+
+def test_settings_to_change_are_exit_2_naming_them_not_network_faults(env, s3, bucket, tmp_path):
+    files = _digits_parts(tmp_path, parts=1)
+    _upload(s3, bucket, files)
+    toml = tmp_path / "p.toml"
+    # A glob in a bucket that does not exist: the listing's 404 is the user's to fix.
+    toml.write_text(PIPELINE.format(train="s3://no-such-bucket-for-globs/train/*.parquet"))
+    r = run(env, "train", toml, "-o", tmp_path / "m.sfm", "--quiet")
+    assert r.returncode == 2 and "no such bucket" in r.stderr, r.stderr
+    # s3:// against a plain-http endpoint without allow_http: nothing was sent; say the setting.
+    toml.write_text(PIPELINE.format(train=f"s3://{bucket}/train/part-0.parquet"))
+    plain = {k: v for k, v in env.items() if k != "AWS_ALLOW_HTTP"}
+    r = run(plain, "train", toml, "-o", tmp_path / "m.sfm", "--quiet")
+    assert r.returncode == 2 and "allow_http" in r.stderr and "retries" not in r.stderr, r.stderr
+    assert not (tmp_path / "m.sfm").exists()
+
+
+def test_a_password_in_a_url_reaches_no_model_report_message_or_listing(env, tmp_path):
+    import functools
+    import http.server
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_RangeHandler, directory=str(REPO / "data")))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    secret = "PASSWORD-never-printed"
+    try:
+        url = f"http://reader:{secret}@127.0.0.1:{server.server_address[1]}/digits_train.parquet"
+        toml = tmp_path / "p.toml"
+        toml.write_text(PIPELINE.format(train=url))
+        # Without allow_http: a setting to name, and the URL's password is not in the message.
+        r = run(env, "train", toml, "-o", tmp_path / "x.sfm")
+        assert r.returncode == 2 and "allow_http" in r.stderr and secret not in r.stderr + r.stdout, r.stderr
+        r = run(env, "train", toml, "-o", tmp_path / "m.sfm", "--report", tmp_path / "r.json",
+                "--storage-option", "allow_http=true")
+        assert r.returncode == 0, r.stderr
+        assert secret not in r.stderr + r.stdout
+        assert secret not in (tmp_path / "r.json").read_text()
+        assert secret.encode() not in (tmp_path / "m.sfm").read_bytes()
+        info = run(env, "inspect", tmp_path / "m.sfm", "--json")
+        assert info.returncode == 0 and secret not in info.stdout and "***@127.0.0.1" in info.stdout
+        # An error that quotes the URL (a missing object) hides it too.
+        missing = run(env, "train", toml, "-o", tmp_path / "y.sfm", "--storage-option", "allow_http=true",
+                      "--set", f'data.train=["{url}.missing"]')
+        assert missing.returncode == 2 and secret not in missing.stderr and "***@" in missing.stderr, missing.stderr
+    finally:
+        server.shutdown()
