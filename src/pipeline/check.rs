@@ -152,6 +152,10 @@ pub struct CheckedPipeline {
     pub candidates: Option<CandidateSet>,
 }
 
+/// The largest `run.sample_rows`: the sample is held in memory, and four times it (the
+/// rows its row groups are drawn until) must count without overflow.
+pub const MAX_SAMPLE_ROWS: usize = 1 << 31;
+
 /// The largest `run.memory_limit_mib` (2⁴⁰ MiB, an exbibyte): its bytes and any sum of a
 /// few such limits stay inside a `u64`.
 pub const MAX_MEMORY_LIMIT_MIB: u64 = 1 << 40;
@@ -170,6 +174,13 @@ impl PipelineSpec {
         let learner = self.checked_learner(components, semi)?;
         if self.run.chunk_rows == 0 || self.run.chunk_rows > 1 << 22 {
             return Err(Error::config(f, "run.chunk_rows", "must be from 1 to 4194304"));
+        }
+        if self.run.sample_rows > MAX_SAMPLE_ROWS {
+            return Err(Error::config(
+                f,
+                "run.sample_rows",
+                format!("must be at most {MAX_SAMPLE_ROWS} (the pre-pass sample is held in memory)"),
+            ));
         }
         if self.run.memory_limit_mib > MAX_MEMORY_LIMIT_MIB {
             return Err(Error::config(

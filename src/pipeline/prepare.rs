@@ -403,7 +403,7 @@ pub(crate) fn prepass_samples(
             let mut take = Vec::new();
             let mut rows = 0;
             for &i in &order {
-                if rows >= 4 * n {
+                if rows >= n.saturating_mul(4) {
                     break;
                 }
                 take.push(i);

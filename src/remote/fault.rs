@@ -61,8 +61,9 @@ pub const TABLE: &[FaultRow] = &[
     FaultRow { fault: "server down, silent or cut mid-pass", exit: 1, message: "the request failed" },
 ];
 
+#[cfg(test)]
 impl Kind {
-    /// The row of [`TABLE`] this kind's message starts with.
+    /// The row of [`TABLE`] whose message this kind's says.
     pub(crate) fn row(self) -> Option<&'static FaultRow> {
         let fault = match self {
             Kind::PlainHttp => "plain http without allow_http",

@@ -91,3 +91,14 @@ fn a_memory_limit_past_what_a_byte_count_holds_is_refused_by_its_key() {
     let out = sketchfit(&["train", &p, "-o", m.to_str().unwrap(), "--set", "run.memory_limit_mib=1099511627776", "-q"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
+
+#[test]
+fn a_sample_past_what_memory_holds_is_refused_by_its_key() {
+    let dir = TempDir::new("sample-wrap");
+    write_parquet(&dir.path("t.parquet"), good_columns(60), 20);
+    let p = pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", "");
+    let m = dir.path("m.sfm");
+    // 2⁶² rows: four times it wrapped (a panic in builds with overflow checks).
+    let args = ["train", &p, "-o", m.to_str().unwrap(), "--set", "run.sample_rows=4611686018427387904", "-q"];
+    refused_keeping_everything(&dir, &args, "run.sample_rows");
+}

@@ -241,3 +241,50 @@ fn a_feature_map_keeps_its_landmarks_through_its_json() {
     let e = FeatureMap::from_json(&v.to_string()).unwrap_err().to_string();
     assert!(e.contains("arrays are missing"), "{e}");
 }
+
+#[test]
+fn edge_data_and_the_smallest_jitters_train_and_the_model_reads_back() {
+    use std::sync::Arc;
+
+    use arrow_array::{ArrayRef, Float64Array, Int64Array};
+    let dir = TempDir::new("nystrom-edge");
+    let n = 120;
+    let label: ArrayRef = Arc::new(Int64Array::from((0..n).map(|i| (i % 2) as i64).collect::<Vec<_>>()));
+    let column = |f: &dyn Fn(usize) -> f64| Arc::new(Float64Array::from((0..n).map(f).collect::<Vec<_>>())) as ArrayRef;
+    // All-zero rows (a zero K_MM under the polynomial kernel with no offset), constant
+    // rows, and rows duplicated in pairs (a singular K_MM).
+    let sets: [(&str, [&dyn Fn(usize) -> f64; 2]); 3] = [
+        ("zero", [&|_| 0.0, &|_| 0.0]),
+        ("five", [&|_| 5.0, &|_| 5.0]),
+        ("pairs", [&|i| ((i / 2) as f64 * 0.7).sin(), &|i| ((i / 2) as f64 * 0.3).cos()]),
+    ];
+    for (name, [a, b]) in sets {
+        let file = dir.path(&format!("{name}.parquet"));
+        crate::common::write_parquet(&file, vec![("a", column(a)), ("b", column(b)), ("label", label.clone())], 40);
+        for jitter in ["1e-6", "1e-50", "1e-300"] {
+            let p = dir.path("p.toml");
+            std::fs::write(
+                &p,
+                format!(
+                    "task = \"classification\"\n[data]\ntrain = [\"{}\"]\nfeatures = [\"a\", \"b\"]\nlabel = \"label\"\n\
+                     [[stages]]\nkind = \"nystrom\"\ndegree = 2\noffset = 0.0\ndim = 16\njitter = {jitter}\n\
+                     [ridge]\nlambda = 0.1\n",
+                    file.display()
+                ),
+            )
+            .unwrap();
+            let model = dir.path(&format!("{name}-{jitter}.sfm"));
+            let out = sketchfit(&["train", p.to_str().unwrap(), "-o", model.to_str().unwrap(), "-q"]);
+            assert_eq!(out.status.code(), Some(0), "{name}, jitter {jitter}: {}", stderr(&out));
+            let m = sketchfit::Model::load(&model).unwrap_or_else(|e| panic!("{name}, jitter {jitter}: {e}"));
+            assert!(m.weights.iter().all(|w| w.is_finite()), "{name}, jitter {jitter}");
+            let scores = m.scores(&[0.0, 0.0, 5.0, 5.0], 2, &mut Vec::new(), 1);
+            assert!(scores.iter().all(|s| s.is_finite()), "{name}, jitter {jitter}: {scores:?}");
+            if name == "zero" {
+                // Every row maps to zero features: the scores are the intercepts alone.
+                let c = scores.len() / 2;
+                assert_eq!(scores[..c], scores[c..], "{name}: constant scores");
+            }
+        }
+    }
+}
