@@ -213,6 +213,13 @@ pub fn check_output(target: &Path) -> Result<()> {
             input.display()
         )));
     }
+    if target.exists() && !sketchfit_wrote(target) {
+        return Err(bad(format!(
+            "'{}' exists and is not a file sketchfit wrote; sketchfit replaces only its own outputs (a model, \
+             statistics, a report or Parquet output it wrote): choose another path or remove it first",
+            target.display()
+        )));
+    }
     Ok(())
 }
 
@@ -289,6 +296,63 @@ pub fn check_outputs(outputs: &[(&str, &Path)], checkpoint: Option<CheckpointChe
         }
     }
     Ok(())
+}
+
+/// The key of the mark sketchfit puts in the Parquet files it writes (key-value metadata)
+/// and in its JSON reports.
+pub const REPORT_MARK: &str = "written_by";
+
+/// What the mark says: the program and its version.
+pub fn written_by() -> String {
+    format!("sketchfit {}", env!("CARGO_PKG_VERSION"))
+}
+
+/// The key-value entry that marks a Parquet file as sketchfit's output.
+pub fn parquet_mark() -> parquet::file::metadata::KeyValue {
+    parquet::file::metadata::KeyValue::new("sketchfit".into(), written_by())
+}
+
+/// Whether the local file at `path` is one sketchfit wrote, so that an output may replace
+/// it: a sealed container (model, statistics, checkpoint) by its header, a Parquet output
+/// by its mark, a report by its mark. Anything else — a file of the user's that happens to
+/// carry the name — is never replaced.
+fn sketchfit_wrote(path: &Path) -> bool {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut f) = File::open(path) else { return false };
+    let size = f.metadata().map_or(0, |m| m.len());
+    let mut head = [0u8; 8];
+    if f.read_exact(&mut head).is_err() {
+        return false;
+    }
+    // A container: an 8-byte header length, then JSON with `__metadata__.sketchfit`.
+    let n = u64::from_le_bytes(head);
+    if n > 1 && n <= 100 << 20 && 8 + n <= size {
+        let mut json = vec![0u8; n as usize];
+        if f.read_exact(&mut json).is_ok() {
+            let meta: Option<serde_json::Value> = serde_json::from_slice(&json).ok();
+            if meta.is_some_and(|m| m.get("__metadata__").and_then(|m| m.get("sketchfit")).is_some()) {
+                return true;
+            }
+        }
+    }
+    // A Parquet file with the mark in its footer.
+    if head.starts_with(b"PAR1") {
+        let _ = f.seek(SeekFrom::Start(0));
+        let meta = parquet::file::metadata::ParquetMetaDataReader::new().parse_and_finish(&f);
+        return meta.is_ok_and(|m| {
+            m.file_metadata().key_value_metadata().is_some_and(|kv| kv.iter().any(|e| e.key == "sketchfit"))
+        });
+    }
+    // A report: a JSON object with the mark.
+    if size <= 256 << 20 && head.first() == Some(&b'{') {
+        let _ = f.seek(SeekFrom::Start(0));
+        let mut text = Vec::new();
+        if f.read_to_end(&mut text).is_ok() {
+            let v: Option<serde_json::Value> = serde_json::from_slice(&text).ok();
+            return v.and_then(|v| v.get(REPORT_MARK)?.as_str().map(|s| s.starts_with("sketchfit"))).unwrap_or(false);
+        }
+    }
+    false
 }
 
 impl AtomicFile {

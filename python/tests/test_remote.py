@@ -24,68 +24,8 @@ import pytest
 
 import sketchfit as sf
 
-from conftest import REPO
+from conftest import CREDENTIALS, REPO
 from test_interop import PIPELINE as interop_pipeline
-
-CREDENTIALS = {
-    "AWS_ACCESS_KEY_ID": "testing-key",
-    "AWS_SECRET_ACCESS_KEY": "testing-secret-value",
-    "AWS_REGION": "us-east-1",
-    "AWS_ALLOW_HTTP": "true",
-    "AWS_EC2_METADATA_DISABLED": "true",
-}
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="session")
-def s3_endpoint():
-    given = os.environ.get("SKETCHFIT_TEST_S3")
-    if given:
-        yield given
-        return
-    exe = shutil.which("moto_server", path=os.path.dirname(sys.executable)) or shutil.which("moto_server")
-    assert exe, "moto_server is not installed (pip install 'moto[server]')"
-    port = _free_port()
-    proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            time.sleep(0.1)
-    yield url
-    proc.kill()
-    proc.wait()
-
-
-@pytest.fixture(scope="session")
-def env(s3_endpoint):
-    e = {**os.environ, **CREDENTIALS, "AWS_ENDPOINT_URL": s3_endpoint}
-    os.environ.update({**CREDENTIALS, "AWS_ENDPOINT_URL": s3_endpoint})
-    return e
-
-
-@pytest.fixture(scope="session")
-def s3(env, s3_endpoint):
-    return boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1",
-                        aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"], aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
-
-
-_BUCKETS = iter(range(10**6))
-
-
-@pytest.fixture()
-def bucket(s3):
-    name = f"sf-test-{os.getpid()}-{next(_BUCKETS)}"
-    s3.create_bucket(Bucket=name)
-    return name
-
 
 def _bin():
     path = os.environ.get("SKETCHFIT_BIN") or str(REPO / "target" / "debug" / "sketchfit")

@@ -105,7 +105,10 @@ pub fn run(a: Args) -> Result<()> {
         RecordBatch::try_new(schema.clone(), cols).map_err(|e| Error::bug_from("the output rows assemble", e))?;
     let mut out = AtomicFile::create(&a.output)?;
     let perr = |source| Error::Parquet { location: Location::file(&a.output), source };
-    let mut w = ArrowWriter::try_new(out.take_file(), schema, None).map_err(perr)?;
+    let props = parquet::file::properties::WriterProperties::builder()
+        .set_key_value_metadata(Some(vec![sketchfit::atomic::parquet_mark()]))
+        .build();
+    let mut w = ArrowWriter::try_new(out.take_file(), schema, Some(props)).map_err(perr)?;
     w.write(&batch).map_err(perr)?;
     w.close().map_err(perr)?;
     let mut text = String::new();

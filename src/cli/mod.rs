@@ -140,7 +140,11 @@ fn reporter(quiet: bool) -> sketchfit::pipeline::Reporter {
 /// Writes what a run reported as JSON where `--report` asks (atomically, read back).
 fn write_report(path: Option<&std::path::Path>, report: &sketchfit::pipeline::RunReport) -> Result<(), Error> {
     let Some(path) = path else { return Ok(()) };
-    let value = serde_json::to_value(report).map_err(|e| Error::bug_from("the run report serialises", e))?;
+    let mut value = serde_json::to_value(report).map_err(|e| Error::bug_from("the run report serialises", e))?;
+    if let Some(o) = value.as_object_mut() {
+        // The mark that lets a later run replace this file (see `atomic::check_output`).
+        o.insert(sketchfit::atomic::REPORT_MARK.into(), sketchfit::atomic::written_by().into());
+    }
     let text = serde_json::to_string_pretty(&sketchfit::identity::redact_json(value))
         .map_err(|e| Error::bug_from("the run report serialises", e))?;
     sketchfit::atomic::write_bytes(path, text.as_bytes())

@@ -257,6 +257,7 @@ pub(crate) fn bounded_writer(row_bytes: usize) -> WriterProperties {
     WriterProperties::builder()
         .set_max_row_group_row_count(Some(rows))
         .set_max_row_group_bytes(Some(ROW_GROUP_BYTES))
+        .set_key_value_metadata(Some(vec![crate::atomic::parquet_mark()]))
         .build()
 }
 

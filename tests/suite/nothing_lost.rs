@@ -102,3 +102,29 @@ fn a_sample_past_what_memory_holds_is_refused_by_its_key() {
     let args = ["train", &p, "-o", m.to_str().unwrap(), "--set", "run.sample_rows=4611686018427387904", "-q"];
     refused_keeping_everything(&dir, &args, "run.sample_rows");
 }
+
+#[test]
+fn an_output_replaces_only_a_file_sketchfit_wrote() {
+    let dir = TempDir::new("replace-own");
+    write_parquet(&dir.path("t.parquet"), good_columns(60), 20);
+    let p = pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", "");
+    let s = |f: &str| dir.path(f).to_string_lossy().into_owned();
+    // A model, a report and predictions sketchfit wrote are replaced by the next run's.
+    for _ in 0..2 {
+        let out = sketchfit(&["train", &p, "-o", &s("m.sfm"), "--report", &s("r.json"), "-q"]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let out = sketchfit(&["predict", &s("m.sfm"), "-i", &s("t.parquet"), "-o", &s("pred.parquet")]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    // A file of the user's under any output's name is never replaced.
+    std::fs::write(dir.path("notes.txt"), b"someone's notes").unwrap();
+    write_parquet(&dir.path("theirs.parquet"), good_columns(10), 10);
+    for args in [
+        vec!["train", &p, "-o", &s("notes.txt"), "-q"],
+        vec!["train", &p, "-o", &s("m2.sfm"), "--report", &s("notes.txt"), "-q"],
+        vec!["predict", &s("m.sfm"), "-i", &s("t.parquet"), "-o", &s("theirs.parquet")],
+        vec!["accumulate", &p, "-o", &s("notes.txt"), "-q"],
+    ] {
+        refused_keeping_everything(&dir, &args, "not a file sketchfit wrote");
+    }
+}
