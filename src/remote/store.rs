@@ -130,6 +130,13 @@ fn build(base: &str) -> Result<Arc<dyn ObjectStore>> {
     use object_store::http::HttpBuilder;
     use object_store::ClientConfigKey;
 
+    // TLS's cryptography is a process-level choice in rustls: ring, unless the process
+    // embedding this library chose one first (then that one serves). rustls marks ring's
+    // provider deprecated for lacking post-quantum key exchange; its classical X25519 and
+    // P-256 exchanges are what the stores' TLS needs, and ring builds in seconds where
+    // AWS-LC's C library took most of a fresh clone's first compile.
+    #[allow(deprecated)]
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let url = url::Url::parse(&format!("{base}/")).map_err(|e| config_fault(base, format!("not a valid URL ({e})")))?;
     let (scheme, _) = ObjectStoreScheme::parse(&url).map_err(|e| config_fault(base, e.to_string()))?;
     let retry = retry(base)?;
