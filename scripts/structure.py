@@ -1,9 +1,8 @@
 #!/usr/bin/env python3
-"""The structure rules CI holds the code to (README, "How it works"):
+"""The structure rules CI holds the code to (docs/src/explanation/how-it-works.md):
 
 - no import cycle between source files: `use crate::a::b` edges between leaf files
-  (mod.rs, lib.rs and main.rs name their children and are left out), counted by the
-  workplace's ../shared/tools/cycles.py when it is beside the checkout, else here;
+  (mod.rs, lib.rs and main.rs name their children and are left out), counted here;
 - no Rust file under src/, tests/ or python/src/ over 600 lines.
 
 (No function takes more than six parameters: clippy.toml, checked by clippy.)

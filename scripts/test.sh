@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 cargo test
 
 venv=target/py-venv
-deps=(maturin pytest numpy pyarrow scikit-learn polars pandas "dask[delayed,distributed]" "moto[server]>=5.2,<5.3" pyspark ray)
+deps=(maturin pytest numpy pyarrow scikit-learn polars pandas safetensors "dask[delayed,distributed]" "moto[server]>=5.2,<5.3" pyspark ray)
 python=${PYTHON:-python3}
 
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -m pip --version >/dev/null 2>&1; then

@@ -6,7 +6,7 @@
 //! coordinate descent) work on those statistics alone, so memory never grows with the number
 //! of rows. [`pipeline`] drives the passes; [`model`] holds what prediction needs and
 //! saves it in the one checksummed [`container`]. The math of every stage is in
-//! `design/math.md`.
+//! `docs/src/explanation/math.md`, which the comments cite as `math.md §N`.
 //!
 //! # A tour
 //!

@@ -192,3 +192,16 @@ def test_numpy_rows_score_as_the_arrow_way(digits):
         model.predict(bad)
     with pytest.raises(ValueError, match="features"):
         model.predict(Xt[:, :10])
+
+
+def test_one_version_in_cargo_the_command_line_and_the_package(cli):
+    """`Cargo.toml`, `sketchfit --version`, the Python package's `__version__` and the
+    changelog's latest release agree."""
+    import re
+    import sketchfit as sf
+
+    cargo = re.search(r'^version = "([^"]+)"', (REPO / "Cargo.toml").read_text(), re.M).group(1)
+    assert cli("--version").split() == ["sketchfit", cargo]
+    assert sf.__version__ == cargo
+    assert re.search(r'^version = "([^"]+)"', (REPO / "python" / "pyproject.toml").read_text(), re.M).group(1) == cargo
+    assert f"## [{cargo}]" in (REPO / "CHANGELOG.md").read_text()

@@ -10,6 +10,7 @@ mod bad_input;
 mod batch;
 mod candidates;
 mod chi2_rff_stats;
+mod docs;
 mod dot_product_maps_stats;
 mod down_projection;
 mod dual;
