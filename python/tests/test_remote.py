@@ -431,6 +431,12 @@ def test_a_password_in_a_url_reaches_no_model_report_message_or_listing(env, tmp
         assert secret.encode() not in (tmp_path / "m.sfm").read_bytes()
         info = run(env, "inspect", tmp_path / "m.sfm", "--json")
         assert info.returncode == 0 and secret not in info.stdout and "***@127.0.0.1" in info.stdout
+        # A part records its row groups by URL: redacted there too, and the parts still solve.
+        r = run(env, "accumulate", toml, "-o", tmp_path / "p0.sfs", "--storage-option", "allow_http=true", "-q")
+        assert r.returncode == 0 and secret not in r.stderr, r.stderr
+        assert secret.encode() not in (tmp_path / "p0.sfs").read_bytes()
+        r = run(env, "solve", toml, tmp_path / "p0.sfs", "-o", tmp_path / "s.sfm", "--storage-option", "allow_http=true", "-q")
+        assert r.returncode == 0 and secret not in r.stderr + r.stdout, r.stderr
         # An error that quotes the URL (a missing object) hides it too.
         missing = run(env, "train", toml, "-o", tmp_path / "y.sfm", "--storage-option", "allow_http=true",
                       "--set", f'data.train=["{url}.missing"]')

@@ -253,12 +253,13 @@ fn edge_data_and_the_smallest_jitters_train_and_the_model_reads_back() {
     let column = |f: &dyn Fn(usize) -> f64| Arc::new(Float64Array::from((0..n).map(f).collect::<Vec<_>>())) as ArrayRef;
     // All-zero rows (a zero K_MM under the polynomial kernel with no offset), constant
     // rows, and rows duplicated in pairs (a singular K_MM).
-    let sets: [(&str, [&dyn Fn(usize) -> f64; 2]); 3] = [
-        ("zero", [&|_| 0.0, &|_| 0.0]),
-        ("five", [&|_| 5.0, &|_| 5.0]),
-        ("pairs", [&|i| ((i / 2) as f64 * 0.7).sin(), &|i| ((i / 2) as f64 * 0.3).cos()]),
+    type Column<'a> = &'a dyn Fn(usize) -> f64;
+    let sets: [(&str, Column, Column); 3] = [
+        ("zero", &|_| 0.0, &|_| 0.0),
+        ("five", &|_| 5.0, &|_| 5.0),
+        ("pairs", &|i| ((i / 2) as f64 * 0.7).sin(), &|i| ((i / 2) as f64 * 0.3).cos()),
     ];
-    for (name, [a, b]) in sets {
+    for (name, a, b) in sets {
         let file = dir.path(&format!("{name}.parquet"));
         crate::common::write_parquet(&file, vec![("a", column(a)), ("b", column(b)), ("label", label.clone())], 40);
         for jitter in ["1e-6", "1e-50", "1e-300"] {
