@@ -40,7 +40,7 @@ pub struct FaultRow {
 }
 
 /// Every fault a store can give, with its exit code: the table the documentation shows.
-/// The rows a request's error gives are [`Kind`]'s; the others (a glob that matches
+/// The rows a request's error gives are `Kind`'s; the others (a glob that matches
 /// nothing, an unreadable object, an unknown option or scheme) are refused before or
 /// after any request, with the same exit code.
 pub const TABLE: &[FaultRow] = &[

@@ -11,7 +11,7 @@ use crate::rng::StageRng;
 /// In-place FWHT of a power-of-two-length slice: pairs `(a, b) ↦ (a + b, a − b)` for
 /// `h = 1, 2, 4, …`; no scaling, so applying it twice multiplies by `n`.
 ///
-/// The stages below [`FWHT_BLOCK`] run block by block while the block is in L1, the
+/// The stages below `FWHT_BLOCK` run block by block while the block is in L1, the
 /// first three as one 8-point butterfly per group (their pairs are within 8 values, which
 /// the plain loop ran two or four at a time), all compiled for the CPU's vectors. Every
 /// value goes through the same additions in the same order as stage-by-stage over the

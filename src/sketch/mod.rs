@@ -7,7 +7,7 @@
 //! loaded model maps rows to exactly the same features.
 //!
 //! This module owns the registry: one `families!` line per family generates the
-//! [`StageSpec`] enum, [`KINDS`] and every dispatch to the family's [`Family`] impl.
+//! [`StageSpec`] enum, [`KINDS`] and every dispatch to the family's `Family` impl.
 //! Adding a family is its file (spec struct, `impl Family`, map, `impl Sketch`), one
 //! registry line, the README and its tests.
 

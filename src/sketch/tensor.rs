@@ -4,7 +4,7 @@
 //!
 //! Hash and sign tables are drawn once and stored in the model; FFT plans are built
 //! once per map. Mapping a chunk allocates its FFT buffers once for the chunk. Even `D`
-//! convolves through [`super::spectrum`] (a half-length complex FFT with vectorised
+//! convolves through `spectrum` (a half-length complex FFT with vectorised
 //! split and merge); odd `D` through realfft.
 
 use std::sync::Arc;
