@@ -176,22 +176,12 @@ impl PipelineSpec {
             return Err(Error::config(f, "run.chunk_rows", "must be from 1 to 4194304"));
         }
         if self.run.sample_rows > MAX_SAMPLE_ROWS {
-            return Err(Error::config(
-                f,
-                "run.sample_rows",
-                format!("must be at most {MAX_SAMPLE_ROWS} (the pre-pass sample is held in memory)"),
-            ));
+            let m = format!("must be at most {MAX_SAMPLE_ROWS} (the pre-pass sample is held in memory)");
+            return Err(Error::config(f, "run.sample_rows", m));
         }
         if self.run.memory_limit_mib > MAX_MEMORY_LIMIT_MIB {
-            return Err(Error::config(
-                f,
-                "run.memory_limit_mib",
-                format!(
-                    "{} MiB is past what a byte count can hold; give 0 (the machine's available memory) or a limit up \
-                     to {MAX_MEMORY_LIMIT_MIB} MiB",
-                    self.run.memory_limit_mib
-                ),
-            ));
+            let m = format!("{} MiB is past what a byte count can hold; give 0 (the machine's available memory) or at most {MAX_MEMORY_LIMIT_MIB}", self.run.memory_limit_mib);
+            return Err(Error::config(f, "run.memory_limit_mib", m));
         }
         if self.run.threads > 1024 {
             return Err(Error::config(f, "run.threads", "must be from 0 (all cores) to 1024"));
