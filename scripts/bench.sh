@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Benchmarks (not tests): the training pass and the solves, each next to its reference
-# measured in the same run. Every figure in the README's Benchmarks section comes from
+# measured in the same run. Every figure in docs/src/benchmarks.md comes from
 # one of the sections below; run a section alone with SECTIONS="pass solve".
 #
 #   hot      cargo bench: tile GEMMs, maps, FWHT (one kernel at a time)
@@ -272,7 +272,7 @@ fi
 if has spill; then
   [ -f bench-data/rows-60000.parquet ] || $gen 60000 bench-data/rows-60000.parquet 7500
   # The limits leave the statistics and chunk buffers of these shapes room for the spilled
-  # solve's tile row and buffers, not for the f32 factor beside them (README).
+  # solve's tile row and buffers, not for the f32 factor beside them (docs/src/benchmarks.md).
   for pair in ${SPILL:-16384:1700 32768:5000}; do
     d=${pair%%:*}
     limit=${pair##*:}

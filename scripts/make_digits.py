@@ -8,7 +8,7 @@ Repository, Alpaydin & Kaynak 1998).
 
 Split: stratified by class, 25 % test, numpy default_rng(20261201); deterministic.
 The test set is also written split by class (digits 0-4 and 5-9) for the worked
-two-sample example of `sketchfit mmd` in the README.
+two-sample example of `sketchfit mmd` in docs/src/guide/data-sets.md.
 Columns: px0..px63 (uint8), label (int64). One row group per 512 rows so that the
 reader's row-group handling is exercised even on this small file.
 

@@ -8,7 +8,7 @@ unit-length rows (γ = c = 1, p = 7), one-vs-all ±1 targets and an unpenalised 
 targets, solve (K_c + λI) α = Y_c; λ is on the sum of squares in both), trained on the
 60,000 training rows and scored once on the test rows. λ is given, never chosen here:
 the default is the pipelines' 11.25 (their choice on the holdout rows). This is a
-reference for the README, not a choice of anything in a pipeline.
+reference for docs/src/accuracy.md, not a choice of anything in a pipeline.
 
     python3 scripts/mnist_exact.py [--lambdas 11.25] [--degree 7] [--rows 60000]
     python3 scripts/mnist_exact.py --nystrom 8192 16384 [--seed 1]

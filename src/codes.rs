@@ -320,7 +320,7 @@ mod tests {
         // 4 classes have 2^3 − 1 = 7 useful columns; 3 classes 3.
         assert!(OutputCode::random(4, 7, 1).is_ok());
         assert!(matches!(OutputCode::random(4, 8, 1), Err(CodeError::TooLong { max: 7, .. })));
-        // 2 classes have 2^1 − 1 = 1: the column [1, −1] up to sign (the README's limit).
+        // 2 classes have 2^1 − 1 = 1: the column [1, −1] up to sign (the limit the pipeline reference states).
         let two = OutputCode::random(2, 1, 1).unwrap().rows().unwrap();
         assert!(two == vec![vec![1], vec![-1]] || two == vec![vec![-1], vec![1]], "{two:?}");
         assert!(matches!(OutputCode::random(2, 2, 1), Err(CodeError::TooLong { max: 1, .. })));

@@ -1,4 +1,4 @@
-"""The README's Spark and Ray recipes, run: each engine's partitions accumulate their
+"""The Spark and Ray recipes of docs/src/guide/python.md, run: each engine's partitions accumulate their
 statistics with the library, the driver merges them, and the model is the one-process
 model to 1e-10. Both engines run on this machine only (Spark in local[2] on loopback,
 Ray with two CPUs, no dashboard, usage statistics off)."""
@@ -74,7 +74,7 @@ def test_spark_map_in_arrow_partitions_merge_to_the_one_process_model(tmp_path, 
         df = spark.read.parquet(str(tmp_path))
         n = df.rdd.getNumPartitions()
         assert n >= 2
-        # The recipe as the README gives it: the parameters fitted once on a sample, one
+        # The recipe as the Python guide gives it: the parameters fitted once on a sample, one
         # empty copy per partition, one part per partition, merged on the driver.
         base = sf.Statistics.accumulate(pipe, pq.read_table(files[0]).slice(0, 500))
 

@@ -27,7 +27,7 @@ def classifier(**kw):
 
 
 # scikit-learn's estimator checks: every check must pass (none is skipped by us; the
-# checks scikit-learn itself skips for a tag are listed in the README).
+# checks scikit-learn itself skips for a tag are listed in docs/src/guide/python.md).
 ESTIMATORS = [
     sf.SketchRidgeClassifier(stages=[{"kind": "rff", "dim": 256}]),
     sf.SketchRidgeRegressor(stages=[{"kind": "rff", "dim": 256}]),

@@ -95,7 +95,7 @@ def _merge(a, b):
 
 
 def test_dask_tree_merge_equals_one_process(tmp_path):
-    """The README's Dask recipe, on a local cluster of two worker processes."""
+    """The Python guide's Dask recipe, on a local cluster of two worker processes."""
     dask = pytest.importorskip("dask")
     distributed = pytest.importorskip("distributed")
     rng = np.random.default_rng(5)

@@ -1,5 +1,5 @@
-//! The pipeline file: TOML → [`PipelineSpec`]. Every key has a default (README,
-//! "Pipeline file reference"); an unknown key is an error naming the key and the file;
+//! The pipeline file: TOML → [`PipelineSpec`]. Every key has a default
+//! (docs/src/reference/pipeline.md); an unknown key is an error naming the key and the file;
 //! `--set key=value` overrides any key before validation; relative paths are resolved
 //! against the file's folder.
 

@@ -9,7 +9,7 @@
 //! This module owns the registry: one `families!` line per family generates the
 //! [`StageSpec`] enum, [`KINDS`] and every dispatch to the family's `Family` impl.
 //! Adding a family is its file (spec struct, `impl Family`, map, `impl Sketch`), one
-//! registry line, the README and its tests.
+//! registry line, its section of docs/src/reference/pipeline.md and its tests.
 
 pub mod chi2;
 pub mod count;

@@ -7,7 +7,7 @@
 //! span, exact on the landmarks themselves (up to ε). Unlike the oblivious maps it is
 //! data-dependent, so it is fitted on the sample and its landmarks and factor are stored
 //! in the model; it reaches a given accuracy with far fewer features than the random
-//! maps on data whose kernel spectrum decays fast (MNIST: README "Accuracy on MNIST").
+//! maps on data whose kernel spectrum decays fast (MNIST: docs/src/accuracy.md).
 //!
 //! The factor is computed once, in f64 (`K_MM` is ill-conditioned: its spectrum decays
 //! as the kernel's), with `ε` a stated fraction of `K_MM`'s mean diagonal, raised
