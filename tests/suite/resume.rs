@@ -122,6 +122,18 @@ fn a_real_sigkill_then_resume_gives_the_same_model() {
     }
 }
 
+/// 1,200 rows at D = 4096, a fixed λ by the f64 Cholesky in 110 MiB: the Gram (68 MiB)
+/// and a copy do not fit together, so the factor consumes the statistics in place, and
+/// the run hands them to its checkpoint just before.
+fn in_place_pipeline(dir: &TempDir) -> String {
+    write_data(&dir.path("train.parquet"), 1200, 200, 4);
+    let body = CLASSIFY
+        .replace("dim = 96", "dim = 4096")
+        .replace("[[stages]]\nkind = \"identity\"\n[pca]\ncomponents = 40\n", "")
+        + "[ridge]\nlambda = 0.1\nsolver = \"cholesky\"\n[run]\nchunk_rows = 64\nmemory_limit_mib = 110\n";
+    pipeline(dir, &body)
+}
+
 #[test]
 fn a_kill_inside_an_in_place_factorisation_resumes_from_the_state_it_wrote_first() {
     if !cfg!(debug_assertions) {
@@ -134,12 +146,7 @@ fn a_kill_inside_an_in_place_factorisation_resumes_from_the_state_it_wrote_first
     // just before. A kill inside the factorisation then costs no pass: the resume reads
     // the whole state back and solves to the uninterrupted run's bytes.
     let dir = TempDir::new("resume-in-place");
-    write_data(&dir.path("train.parquet"), 1200, 200, 4);
-    let body = CLASSIFY
-        .replace("dim = 96", "dim = 4096")
-        .replace("[[stages]]\nkind = \"identity\"\n[pca]\ncomponents = 40\n", "")
-        + "[ridge]\nlambda = 0.1\nsolver = \"cholesky\"\n[run]\nchunk_rows = 64\nmemory_limit_mib = 110\n";
-    let p = pipeline(&dir, &body);
+    let p = in_place_pipeline(&dir);
     let whole = dir.path("whole.sfm");
     let json = dir.path("whole.json");
     let out = sketchfit(&["train", &p, "-o", whole.to_str().unwrap(), "-q", "--report", json.to_str().unwrap()]);
@@ -224,12 +231,7 @@ fn auto_resumes_on_the_statistics_its_checkpoint_holds() {
     // (n ≤ D/2). A run killed inside its Cholesky left statistics; auto is a choice and the
     // checkpoint a fact, so `--resume` under auto solves them, to the Cholesky's weights.
     let dir = TempDir::new("resume-auto");
-    write_data(&dir.path("train.parquet"), 1200, 200, 4);
-    let body = CLASSIFY
-        .replace("dim = 96", "dim = 4096")
-        .replace("[[stages]]\nkind = \"identity\"\n[pca]\ncomponents = 40\n", "")
-        + "[ridge]\nlambda = 0.1\nsolver = \"cholesky\"\n[run]\nchunk_rows = 64\nmemory_limit_mib = 110\n";
-    let p = pipeline(&dir, &body);
+    let p = in_place_pipeline(&dir);
     let whole = dir.path("whole.sfm");
     let out = sketchfit(&["train", &p, "-o", whole.to_str().unwrap(), "-q"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
