@@ -10,7 +10,6 @@ Exit 1 with what broke a rule, 0 otherwise."""
 
 import os
 import re
-import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -83,17 +82,11 @@ def cycles(edges):
 
 def main():
     failed = False
-    shared = os.path.join(ROOT, "..", "shared", "tools", "cycles.py")
-    if os.path.exists(shared):
-        run = subprocess.run([sys.executable, shared, os.path.join(ROOT, "src")], capture_output=True, text=True)
-        print(run.stdout.strip())
-        failed |= run.returncode != 0
-    else:
-        groups = cycles(leaf_edges(os.path.join(ROOT, "src")))
-        for g in groups:
-            print("cycle among: " + ", ".join(g))
-        print(f"{len(groups)} import cycle group(s) between source files (../shared/tools/cycles.py is not beside this checkout)")
-        failed |= bool(groups)
+    groups = cycles(leaf_edges(os.path.join(ROOT, "src")))
+    for g in groups:
+        print("cycle among: " + ", ".join(g))
+    print(f"{len(groups)} import cycle group(s) between source files")
+    failed |= bool(groups)
     long = []
     for top in ("src", "tests", os.path.join("python", "src")):
         for p in rust_files(top):

@@ -111,21 +111,9 @@ fn open_regular(path: &Path) -> Result<File> {
 /// gone with the handle whatever ends the run.
 fn download(path: &Path) -> Result<File> {
     use std::io::{Seek, SeekFrom};
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    static N: AtomicUsize = AtomicUsize::new(0);
     crate::remote::check_scheme(path)?;
     let object = crate::remote::Object::open(path)?;
-    let tmp = std::env::temp_dir().join(format!(
-        ".sketchfit-download-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&tmp)
-        .map_err(|e| Error::io(&tmp, e))?;
+    let (tmp, mut file) = create_fresh(&std::env::temp_dir(), ".sketchfit-download-")?;
     let _ = std::fs::remove_file(&tmp);
     object.download(&mut file)?;
     file.seek(SeekFrom::Start(0)).map_err(|e| Error::io(&tmp, e))?;
@@ -355,16 +343,30 @@ fn sketchfit_wrote(path: &Path) -> bool {
     false
 }
 
+/// A new file `{prefix}{pid}-{k}` in `dir`, opened for reading and writing, never an
+/// existing one: `create_new` refuses a name that is taken (a file of the user's, another
+/// writer's in this process) and the next `k` is tried. `k` starts from the clock's
+/// nanoseconds, so no process-wide counter is kept.
+fn create_fresh(dir: &Path, prefix: &str) -> Result<(PathBuf, File)> {
+    let start = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    for k in 0..1000u32 {
+        let tmp = dir.join(format!("{prefix}{}-{}", std::process::id(), start.wrapping_add(k)));
+        match std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&tmp) {
+            Ok(file) => return Ok((tmp, file)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(Error::io(&tmp, e)),
+        }
+    }
+    Err(Error::io(dir, std::io::Error::other("no free temporary name after 1,000 tries")))
+}
+
 impl AtomicFile {
     /// Starts writing `target` (its directory must exist; it must not be an input).
     pub fn create(target: &Path) -> Result<AtomicFile> {
         check_output(target)?;
         if crate::remote::is_remote(target) {
             // Written and verified locally first; the commit puts it whole.
-            static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-            let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let tmp = std::env::temp_dir().join(format!(".sketchfit-upload-{}-{n}", std::process::id()));
-            let file = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
+            let (tmp, file) = create_fresh(&std::env::temp_dir(), ".sketchfit-upload-")?;
             return Ok(AtomicFile { tmp, target: target.to_path_buf(), file: Some(file), remote: true });
         }
         let target = &crate::remote::local(target);
@@ -372,18 +374,7 @@ impl AtomicFile {
             .file_name()
             .ok_or_else(|| Error::usage("output", format!("'{}' is not a file name", target.display())))?;
         let dir = target.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        // A new name, never an existing file's: `create_new` refuses one that is there (a
-        // file of the user's that happens to carry the name), and the count moves on.
-        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let (tmp, file) = loop {
-            let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let tmp = dir.join(format!(".{}.tmp-{}-{n}", name.to_string_lossy(), std::process::id()));
-            match std::fs::OpenOptions::new().write(true).read(true).create_new(true).open(&tmp) {
-                Ok(file) => break (tmp, file),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 1_000_000 => continue,
-                Err(e) => return Err(Error::io(&tmp, e)),
-            }
-        };
+        let (tmp, file) = create_fresh(dir, &format!(".{}.tmp-", name.to_string_lossy()))?;
         Ok(AtomicFile { tmp, target: target.to_path_buf(), file: Some(file), remote: false })
     }
 
