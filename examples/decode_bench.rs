@@ -31,7 +31,7 @@ fn main() {
         keep: vec![],
         null_labels_unlabeled: false,
     };
-    let ds = Dataset::open(&[path], spec).expect("dataset");
+    let ds = Dataset::open(&sketchfit::Session::new(), &[path], spec).expect("dataset");
     let t = Instant::now();
     for u in ds.units() {
         ds.read_unit(u, 8192, &mut |_| Ok(())).expect("read");

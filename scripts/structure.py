@@ -3,7 +3,10 @@
 
 - no import cycle between source files: `use crate::a::b` edges between leaf files
   (mod.rs, lib.rs and main.rs name their children and are left out), counted here;
-- no Rust file under src/, tests/ or python/src/ over 600 lines.
+- no Rust file under src/, tests/ or python/src/ over 600 lines;
+- no mutable process-wide state in the library: no `static` under src/ that holds a
+  lock, an atomic, a once-cell, a cell, and no `static mut` or `thread_local!` (run state
+  lives in a `Session`).
 
 (No function takes more than six parameters: clippy.toml, checked by clippy.)
 Exit 1 with what broke a rule, 0 otherwise."""
@@ -97,7 +100,27 @@ def main():
         print(f"{p}: {n} lines, over {MAX_LINES}")
     print(f"files over {MAX_LINES} lines: {len(long)}")
     failed |= bool(long)
+    statics = mutable_statics("src")
+    for where in statics:
+        print("mutable static: " + where)
+    print(f"mutable statics in src/: {len(statics)}")
+    failed |= bool(statics)
     return 1 if failed else 0
+
+
+MUTABLE = re.compile(r"\bstatic\s+mut\b|\bthread_local!|\bstatic\s+[A-Z_][A-Z0-9_]*\s*:\s*[^=;]*"
+                     r"(Mutex|RwLock|Atomic|OnceLock|OnceCell|LazyLock|Lazy|Cell|RefCell|UnsafeCell)")
+
+
+def mutable_statics(top):
+    """`file:line: text` of each static under `top` whose value can change at run time."""
+    found = []
+    for p in rust_files(top):
+        for i, line in enumerate(open(p, encoding="utf-8"), 1):
+            code = line.split("//")[0]
+            if MUTABLE.search(code):
+                found.append(f"{os.path.relpath(p, ROOT)}:{i}: {line.strip()}")
+    return found
 
 
 if __name__ == "__main__":

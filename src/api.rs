@@ -23,6 +23,7 @@ use crate::pipeline::{
     accumulate_part, fit_stages, prepare, prepare_inputs, solve_loaded, CheckedPipeline, Reporter, RunOptions,
     RunReport, Statistics,
 };
+use crate::session::Session;
 use crate::sketch::FeaturePipeline;
 use crate::sketch::StageSpec;
 use crate::source::{Chunk, Classes, ColumnSpec, Dataset, FeatureColumns, ResolvedFeatures};
@@ -89,7 +90,13 @@ impl Pipeline {
 
     /// A pipeline file with `--set`-style overrides (`key=value`).
     pub fn load(path: &Path, overrides: &[String]) -> Result<Pipeline> {
-        Ok(Pipeline { spec: PipelineSpec::load(path, overrides)? })
+        Pipeline::load_with(&Session::new(), path, overrides)
+    }
+
+    /// [`Pipeline::load`] in `session` (a pipeline file in an object store is read with
+    /// its storage options).
+    pub fn load_with(session: &Session, path: &Path, overrides: &[String]) -> Result<Pipeline> {
+        Ok(Pipeline { spec: PipelineSpec::load(session, path, overrides)? })
     }
 
     /// Pipeline text (a pipeline file's content; `name` stands for the file in messages).
@@ -235,9 +242,21 @@ impl Pipeline {
         Ok(InMemoryFit::Statistics(Box::new(stats)))
     }
 
-    /// [`Pipeline::accumulate`] over Parquet files: every n-th row group.
+    /// [`Pipeline::accumulate`] over Parquet files: every n-th row group. Storage
+    /// options come from the environment and the pipeline's `[storage]` table;
+    /// [`Pipeline::accumulate_files_with`] takes a session.
     pub fn accumulate_files<P: Into<PathBuf>>(
         &self,
+        files: impl IntoIterator<Item = P>,
+        shard: (usize, usize),
+    ) -> Result<Statistics> {
+        self.accumulate_files_with(&Session::new(), files, shard)
+    }
+
+    /// [`Pipeline::accumulate_files`] in `session`.
+    pub fn accumulate_files_with<P: Into<PathBuf>>(
+        &self,
+        session: &Session,
         files: impl IntoIterator<Item = P>,
         shard: (usize, usize),
     ) -> Result<Statistics> {
@@ -246,8 +265,8 @@ impl Pipeline {
         spec.data.train = files.into_iter().map(Into::into).collect();
         let checked = spec.check()?;
         let mut report = Reporter::silent();
-        let prep = prepare(&checked, &mut report)?;
-        let opts = RunOptions { keep_statistics: true, ..RunOptions::default() };
+        let prep = prepare(session, &checked, &mut report)?;
+        let opts = RunOptions { session: session.clone(), keep_statistics: true, ..RunOptions::default() };
         accumulate_part(&checked, prep, (shard, None), &opts, &mut report)
     }
 
@@ -281,14 +300,27 @@ impl Pipeline {
         self.check()
     }
 
-    /// Fits on Parquet files (paths or globs), streamed in bounded memory.
+    /// Fits on Parquet files (paths or globs), streamed in bounded memory. Storage
+    /// options come from the environment and the pipeline's `[storage]` table;
+    /// [`Pipeline::fit_files_with`] takes a session.
     pub fn fit_files<P: Into<PathBuf>>(&self, files: impl IntoIterator<Item = P>) -> Result<Model> {
+        self.fit_files_with(&Session::new(), files)
+    }
+
+    /// [`Pipeline::fit_files`] in `session`: its storage options, and its inputs are the
+    /// files no output of the session may replace.
+    pub fn fit_files_with<P: Into<PathBuf>>(
+        &self,
+        session: &Session,
+        files: impl IntoIterator<Item = P>,
+    ) -> Result<Model> {
         let mut spec = self.spec.clone();
         spec.data.train = files.into_iter().map(Into::into).collect();
         let checked = spec.check()?;
         let mut report = Reporter::silent();
-        let prep = prepare(&checked, &mut report)?;
-        train_prepared(&checked, &RunOptions::default(), prep, &mut report)
+        let prep = prepare(session, &checked, &mut report)?;
+        let opts = RunOptions { session: session.clone(), ..RunOptions::default() };
+        train_prepared(&checked, &opts, prep, &mut report)
     }
 }
 
@@ -314,6 +346,7 @@ impl Model {
             return Err(self.refuse("the batch has no rows"));
         }
         let opts = PredictOptions {
+            session: Session::new(),
             keep: Vec::new(),
             scores,
             chunk_rows: batch.num_rows(),
@@ -332,7 +365,7 @@ impl Model {
     /// ([`Model::class_scores`]), a regression's per target; with `pca`, the PCA
     /// features (`rows × ΣE`) instead. Returns the values (row-major) and the rows.
     pub fn score_batches(&self, batches: &[RecordBatch], pca: bool) -> Result<(Vec<f64>, usize)> {
-        score_rows(self, Rows::Batches(batches), pca, all_cores())
+        score_rows(&Session::new(), self, Rows::Batches(batches), pca, all_cores())
     }
 
     /// The decision values of row-major features `x` (`rows × d`, columns in the

@@ -3,21 +3,24 @@
 //! uncommitted output removes the temporary file, so an error or an interrupted run
 //! leaves nothing behind.
 //!
-//! Every file a run reads (Parquet inputs, models, statistics parts) is registered here
-//! when it is opened; every output is checked against that registry — by canonical path
-//! (through symlinks and globs) and by file identity (hard links) — when it is created
-//! and again just before the rename. That one check covers every command.
+//! Every file a run reads (Parquet inputs, models, statistics parts) is registered in its
+//! [`Session`] when it is opened; every output is checked against that registry — by
+//! canonical path (through symlinks and globs) and by file identity (hard links) — when it
+//! is created and again just before the rename. That one check covers every command, and
+//! each session sees only its own files: two runs in one process never refuse, or miss,
+//! each other's.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use crate::error::{Error, Location, Result};
 use crate::identity::Identity;
+use crate::session::Session;
 
 /// A file being written to a temporary name.
 #[derive(Debug)]
 pub struct AtomicFile {
+    session: Session,
     tmp: PathBuf,
     target: PathBuf,
     file: Option<File>,
@@ -25,36 +28,23 @@ pub struct AtomicFile {
     remote: bool,
 }
 
-/// A registered input: as it was given, and what it names.
-#[derive(Debug, Clone)]
-struct Input {
-    given: PathBuf,
-    identity: Identity,
-}
-
-static INPUTS: Mutex<Vec<Input>> = Mutex::new(Vec::new());
-
-/// Outputs this run writes more than once and may replace (its checkpoint): in an object
-/// store these are put unconditionally, every other object never replaces one.
-static OWN: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
-
-/// Records that this run owns `path` (its checkpoint) and may replace it.
-pub fn register_own(path: &Path) {
-    if let Ok(mut own) = OWN.lock() {
+/// Records that the session's run owns `path` (its checkpoint) and may replace it.
+pub fn register_own(session: &Session, path: &Path) {
+    if let Ok(mut own) = session.files().own.lock() {
         if !own.iter().any(|p| p == path) {
             own.push(path.to_path_buf());
         }
     }
 }
 
-fn is_own(path: &Path) -> bool {
-    OWN.lock().map(|own| own.iter().any(|p| p == path)).unwrap_or(false)
+fn is_own(session: &Session, path: &Path) -> bool {
+    session.files().own.lock().map(|own| own.iter().any(|p| p == path)).unwrap_or(false)
 }
 
 /// Whether a file or object exists at `path`.
-pub fn exists(path: &Path) -> Result<bool> {
+pub fn exists(session: &Session, path: &Path) -> Result<bool> {
     if crate::remote::is_remote(path) {
-        return crate::remote::exists(path);
+        return session.storage().exists(path);
     }
     Ok(crate::remote::local(path).exists())
 }
@@ -62,9 +52,9 @@ pub fn exists(path: &Path) -> Result<bool> {
 /// Removes this run's own output (a served checkpoint), locally or in a store; a missing
 /// one is no fault. Only for a path [`check_outputs`] accepted as the run's checkpoint:
 /// that check refused it if it held anything this run did not write.
-pub fn remove_own(path: &Path) -> Result<()> {
+pub fn remove_own(session: &Session, path: &Path) -> Result<()> {
     if crate::remote::is_remote(path) {
-        return crate::remote::delete(path);
+        return session.storage().delete(path);
     }
     match std::fs::remove_file(crate::remote::local(path)) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(path, e)),
@@ -72,30 +62,30 @@ pub fn remove_own(path: &Path) -> Result<()> {
     }
 }
 
-/// What `path` names under the storage options in force.
-fn identity(path: &Path) -> Identity {
-    crate::identity::of(path, &crate::remote::options())
+/// What `path` names under the session's storage options.
+fn identity(session: &Session, path: &Path) -> Identity {
+    crate::identity::of(path, &session.storage().options())
 }
 
 /// Opens a file this run reads, after registering it as an input. Everything that is not a
 /// regular file is refused up front with a user error (exit 2) naming the path: a FIFO or
 /// device would block or stream forever, a directory or symlink loop cannot be read. One
 /// check for every input: Parquet files, models, statistics parts and pipeline files.
-pub fn open_input(path: &Path) -> Result<File> {
-    let file = open_regular(path)?;
-    register_input(path);
+pub fn open_input(session: &Session, path: &Path) -> Result<File> {
+    let file = open_regular(session, path)?;
+    register_input(session, path);
     Ok(file)
 }
 
 /// Opens a regular file this run reads and will itself replace (its own checkpoint):
 /// the same refusals as [`open_input`], without registering it as an input.
-pub fn open_own(path: &Path) -> Result<File> {
-    open_regular(path)
+pub fn open_own(session: &Session, path: &Path) -> Result<File> {
+    open_regular(session, path)
 }
 
-fn open_regular(path: &Path) -> Result<File> {
+fn open_regular(session: &Session, path: &Path) -> Result<File> {
     if crate::remote::is_remote(path) {
-        return download(path);
+        return download(session, path);
     }
     let path = &crate::remote::local(path);
     let refuse = |message: String| Error::Data { location: Location::file(path), message };
@@ -109,10 +99,10 @@ fn open_regular(path: &Path) -> Result<File> {
 
 /// An object downloaded whole into a temporary file that is unlinked at once, so it is
 /// gone with the handle whatever ends the run.
-fn download(path: &Path) -> Result<File> {
+fn download(session: &Session, path: &Path) -> Result<File> {
     use std::io::{Seek, SeekFrom};
     crate::remote::check_scheme(path)?;
-    let object = crate::remote::Object::open(path)?;
+    let object = session.storage().open(path)?;
     let (tmp, mut file) = create_fresh(&std::env::temp_dir(), ".sketchfit-download-")?;
     let _ = std::fs::remove_file(&tmp);
     object.download(&mut file)?;
@@ -121,8 +111,8 @@ fn download(path: &Path) -> Result<File> {
 }
 
 /// Reads a whole input file through [`open_input`].
-pub fn read_input(path: &Path) -> Result<Vec<u8>> {
-    read_all(open_input(path)?, path)
+pub fn read_input(session: &Session, path: &Path) -> Result<Vec<u8>> {
+    read_all(open_input(session, path)?, path)
 }
 
 fn read_all(mut file: File, path: &Path) -> Result<Vec<u8>> {
@@ -144,10 +134,10 @@ fn open_failure(e: &std::io::Error) -> String {
     }
 }
 
-/// Records that this process reads `path`, so no output may replace it.
-pub fn register_input(path: &Path) {
-    let input = Input { given: path.to_path_buf(), identity: identity(path) };
-    if let Ok(mut inputs) = INPUTS.lock() {
+/// Records that the session's run reads `path`, so no output of it may replace it.
+pub fn register_input(session: &Session, path: &Path) {
+    let input = crate::session::Input { given: path.to_path_buf(), identity: identity(session, path) };
+    if let Ok(mut inputs) = session.files().inputs.lock() {
         if !inputs.iter().any(|i| i.given == input.given && i.identity == input.identity) {
             inputs.push(input);
         }
@@ -155,27 +145,27 @@ pub fn register_input(path: &Path) {
 }
 
 /// The registered input that `target` would replace, if any.
-fn clashing_input(target: &Path) -> Option<PathBuf> {
-    let id = identity(target);
-    let inputs = INPUTS.lock().ok()?;
+fn clashing_input(session: &Session, target: &Path) -> Option<PathBuf> {
+    let id = identity(session, target);
+    let inputs = session.files().inputs.lock().ok()?;
     inputs.iter().find(|i| i.identity.same(&id)).map(|i| i.given.clone())
 }
 
 /// Checks that `target` can be written: its directory exists, it is not a directory,
 /// and it is none of this run's inputs. Commands call it before any long work, so a bad
 /// output path costs nothing.
-pub fn check_output(target: &Path) -> Result<()> {
+pub fn check_output(session: &Session, target: &Path) -> Result<()> {
     let bad = |message: String| Error::usage("output", message);
     if crate::remote::is_remote(target) {
         crate::remote::check_scheme(target)?;
-        if let Some(input) = clashing_input(target) {
+        if let Some(input) = clashing_input(session, target) {
             return Err(bad(format!(
                 "'{}' is also an input of this run ({}); sketchfit never replaces an input: choose another output",
                 target.display(),
                 input.display()
             )));
         }
-        if !is_own(target) && crate::remote::exists(target)? {
+        if !is_own(session, target) && session.storage().exists(target)? {
             return Err(bad(format!(
                 "'{}' exists; sketchfit never replaces an object: choose another name or delete it first",
                 target.display()
@@ -194,7 +184,7 @@ pub fn check_output(target: &Path) -> Result<()> {
     if target.is_dir() {
         return Err(bad(format!("'{}' is a directory; give a file name", target.display())));
     }
-    if let Some(input) = clashing_input(target) {
+    if let Some(input) = clashing_input(session, target) {
         return Err(bad(format!(
             "'{}' is also an input of this run ({}); sketchfit never replaces an input: choose another output path",
             target.display(),
@@ -228,9 +218,13 @@ pub struct CheckpointCheck<'a> {
 /// hold nothing yet (a checkpoint is rewritten and removed at the end: whatever it held
 /// would be lost); and no two of these name one file or object, however spelt. Every
 /// command that writes goes through it, so a run deletes and replaces only what it made.
-pub fn check_outputs(outputs: &[(&str, &Path)], checkpoint: Option<CheckpointCheck<'_>>) -> Result<()> {
+pub fn check_outputs(
+    session: &Session,
+    outputs: &[(&str, &Path)],
+    checkpoint: Option<CheckpointCheck<'_>>,
+) -> Result<()> {
     for (key, path) in outputs {
-        check_output(path).map_err(|e| match e {
+        check_output(session, path).map_err(|e| match e {
             Error::Usage { message, .. } => Error::usage(*key, message),
             e => e,
         })?;
@@ -243,7 +237,7 @@ pub fn check_outputs(outputs: &[(&str, &Path)], checkpoint: Option<CheckpointChe
             if crate::remote::is_remote(&path) {
                 crate::remote::check_scheme(&path)?;
             }
-            if let Some(input) = clashing_input(&path) {
+            if let Some(input) = clashing_input(session, &path) {
                 return Err(Error::usage(
                     name,
                     format!(
@@ -254,7 +248,7 @@ pub fn check_outputs(outputs: &[(&str, &Path)], checkpoint: Option<CheckpointChe
                     ),
                 ));
             }
-            if !c.resume && exists(&path)? {
+            if !c.resume && exists(session, &path)? {
                 return Err(Error::usage(
                     name,
                     format!(
@@ -268,7 +262,7 @@ pub fn check_outputs(outputs: &[(&str, &Path)], checkpoint: Option<CheckpointChe
             all.push((name, path));
         }
     }
-    let ids: Vec<Identity> = all.iter().map(|(_, p)| identity(p)).collect();
+    let ids: Vec<Identity> = all.iter().map(|(_, p)| identity(session, p)).collect();
     for (i, a) in ids.iter().enumerate() {
         if let Some(j) = ids.iter().skip(i + 1).position(|b| a.same(b)) {
             let (first, second) = (&all[i], &all[i + 1 + j]);
@@ -361,13 +355,15 @@ fn create_fresh(dir: &Path, prefix: &str) -> Result<(PathBuf, File)> {
 }
 
 impl AtomicFile {
-    /// Starts writing `target` (its directory must exist; it must not be an input).
-    pub fn create(target: &Path) -> Result<AtomicFile> {
-        check_output(target)?;
+    /// Starts writing `target` (its directory must exist; it must not be one of the
+    /// session's inputs).
+    pub fn create(session: &Session, target: &Path) -> Result<AtomicFile> {
+        check_output(session, target)?;
+        let session = session.clone();
         if crate::remote::is_remote(target) {
             // Written and verified locally first; the commit puts it whole.
             let (tmp, file) = create_fresh(&std::env::temp_dir(), ".sketchfit-upload-")?;
-            return Ok(AtomicFile { tmp, target: target.to_path_buf(), file: Some(file), remote: true });
+            return Ok(AtomicFile { session, tmp, target: target.to_path_buf(), file: Some(file), remote: true });
         }
         let target = &crate::remote::local(target);
         let name = target
@@ -375,7 +371,7 @@ impl AtomicFile {
             .ok_or_else(|| Error::usage("output", format!("'{}' is not a file name", target.display())))?;
         let dir = target.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         let (tmp, file) = create_fresh(dir, &format!(".{}.tmp-", name.to_string_lossy()))?;
-        Ok(AtomicFile { tmp, target: target.to_path_buf(), file: Some(file), remote: false })
+        Ok(AtomicFile { session, tmp, target: target.to_path_buf(), file: Some(file), remote: false })
     }
 
     /// The temporary file's path (to read what was written back before `commit`).
@@ -404,16 +400,17 @@ impl AtomicFile {
         if self.remote {
             // The object must still be absent and no input: the put itself refuses an
             // object that appeared since, so no check-then-write race replaces one.
-            if let Some(input) = clashing_input(&self.target) {
+            if let Some(input) = clashing_input(&self.session, &self.target) {
                 return Err(Error::usage(
                     "output",
                     format!("'{}' is also an input of this run ({})", self.target.display(), input.display()),
                 ));
             }
-            crate::remote::upload(&self.tmp, &self.target, is_own(&self.target))?;
+            let own = is_own(&self.session, &self.target);
+            self.session.storage().upload(&self.tmp, &self.target, own)?;
             return Ok(()); // Drop removes the local copy.
         }
-        check_output(&self.target)?;
+        check_output(&self.session, &self.target)?;
         std::fs::rename(&self.tmp, &self.target).map_err(|e| Error::io(&self.target, e))?;
         self.tmp = PathBuf::new();
         Ok(())
@@ -429,9 +426,9 @@ impl Drop for AtomicFile {
 }
 
 /// Writes `bytes` to `target` atomically, reading them back before the rename.
-pub fn write_bytes(target: &Path, bytes: &[u8]) -> Result<()> {
+pub fn write_bytes(session: &Session, target: &Path, bytes: &[u8]) -> Result<()> {
     use std::io::Write;
-    let mut out = AtomicFile::create(target)?;
+    let mut out = AtomicFile::create(session, target)?;
     let tmp = out.tmp.clone();
     out.file().write_all(bytes).and_then(|()| out.file().sync_all()).map_err(|e| Error::io(&tmp, e))?;
     let back = std::fs::read(&tmp).map_err(|e| Error::io(&tmp, e))?;

@@ -37,7 +37,10 @@
 //!
 //! The same pipeline fits Parquet files, streamed in bounded memory, with
 //! [`Pipeline::fit_files`]; [`Pipeline::load`] reads a pipeline file. A model saves and
-//! loads with [`Model::save`] and [`Model::load`].
+//! loads with [`Model::save`] and [`Model::load`]. What a run holds beyond its pipeline —
+//! storage options, store clients, the files it read and may not replace — lives in a
+//! [`Session`], never in process-wide state: the `_with` forms ([`Pipeline::fit_files_with`],
+//! [`Model::save_with`], …) take one, so runs on several threads stay apart.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
@@ -52,6 +55,7 @@ pub mod plot;
 pub mod remote;
 pub mod rng;
 pub mod scoring;
+pub mod session;
 pub mod sketch;
 pub mod solve;
 pub mod source;
@@ -62,6 +66,7 @@ pub use api::{Lambda, Pipeline};
 pub use error::{Error, Result};
 pub use model::Model;
 pub use pipeline::Statistics;
+pub use session::Session;
 pub mod atomic;
 pub mod model;
 pub mod pipeline;

@@ -11,6 +11,7 @@ use crate::codes::OutputCode;
 use crate::container::{ContainerError, Dtype};
 use crate::error::{Error, Result};
 use crate::scoring::{Head, Projector, Scorer};
+use crate::session::Session;
 use crate::sketch::{FeaturePipeline, ParamArray, ParamData, Stage, StageSpec};
 use crate::solve::GcvCurve;
 use crate::source::{Classes, ResolvedFeatures};
@@ -386,10 +387,16 @@ impl Model {
     }
 
     /// Saves atomically (temporary name, then rename), after reading the bytes back: a
-    /// model that would not load is never written.
+    /// model that would not load is never written. Storage options come from the
+    /// environment; [`Model::save_with`] takes a session.
     pub fn save(&self, path: &Path) -> Result<()> {
+        self.save_with(&Session::new(), path)
+    }
+
+    /// [`Model::save`] in `session`: its storage options, and never over one of its inputs.
+    pub fn save_with(&self, session: &Session, path: &Path) -> Result<()> {
         let bytes = self.to_bytes()?;
-        crate::atomic::write_bytes(path, &bytes)
+        crate::atomic::write_bytes(session, path, &bytes)
     }
 
     /// An error about this model, naming the file it came from.
@@ -398,9 +405,15 @@ impl Model {
         Error::BadModel { path, message: message.into() }
     }
 
-    /// Loads and checks a model file.
+    /// Loads and checks a model file (storage options from the environment;
+    /// [`Model::load_with`] takes a session).
     pub fn load(path: &Path) -> Result<Model> {
-        let bytes = crate::atomic::read_input(path)?;
+        Model::load_with(&Session::new(), path)
+    }
+
+    /// [`Model::load`] in `session`, which registers the file as one of its inputs.
+    pub fn load_with(session: &Session, path: &Path) -> Result<Model> {
+        let bytes = crate::atomic::read_input(session, path)?;
         let mut model =
             Self::from_bytes(&bytes).map_err(|e| Error::BadModel { path: path.into(), message: e.to_string() })?;
         model.origin = Some(path.to_path_buf());

@@ -5,7 +5,6 @@ way. The GIL is released while the core computes."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 
@@ -16,20 +15,13 @@ from . import _core
 from ._inputs import arrow_table, expand_paths, is_arrow, is_paths, numpy_table, scores_of
 
 
-@contextlib.contextmanager
-def storage(storage_options=None):
-    """Object-store options for the calls inside (``storage_options`` as polars and
-    delta-rs spell it: ``{"aws_endpoint": ..., "aws_region": ..., "allow_http": "true"}``),
-    over the environment's ``AWS_``/``GOOGLE_``/``AZURE_`` variables; restored after."""
-    if not storage_options:
-        yield
-        return
-    pairs = [(str(k), str(v).lower() if isinstance(v, bool) else str(v)) for k, v in dict(storage_options).items()]
-    previous = _core.set_storage_options(pairs)
-    try:
-        yield
-    finally:
-        _core.set_storage_options(previous)
+def session(storage_options=None):
+    """The core's session for one call: its object-store options (``storage_options`` as
+    polars and delta-rs spell it: ``{"aws_endpoint": ..., "aws_region": ...,
+    "allow_http": "true"}``) over the environment's ``AWS_``/``GOOGLE_``/``AZURE_``
+    variables. Each call has its own, so calls on other threads never share options."""
+    items = dict(storage_options or {}).items()
+    return _core.Session([(str(k), str(v).lower() if isinstance(v, bool) else str(v)) for k, v in items])
 
 
 def _source(X):
@@ -60,8 +52,9 @@ class Pipeline:
         appended beforehand, or Parquet paths (streamed; ``s3://`` and the other stores
         with ``storage_options``)."""
         table, paths = _source(source)
-        with storage(storage_options):
-            return Model(self._core.fit_files(paths) if paths is not None else self._core.fit(table))
+        if paths is not None:
+            return Model(self._core.fit_files(paths, session(storage_options)))
+        return Model(self._core.fit(table))
 
     def __reduce__(self):
         return (Pipeline, (self.text, self.classes))
@@ -81,8 +74,7 @@ class Statistics:
         table, paths = _source(source)
         i, n = shard
         if paths is not None:
-            with storage(storage_options):
-                return cls(pipeline._core.accumulate_files(paths, (i, n)))
+            return cls(pipeline._core.accumulate_files(paths, (i, n), session(storage_options)))
         return cls(pipeline._core.accumulate(table, (i, n)))
 
     def add(self, pipeline: Pipeline, source) -> "Statistics":
@@ -114,13 +106,11 @@ class Statistics:
         return list(self._core.shards_held)
 
     def save(self, path, storage_options=None) -> None:
-        with storage(storage_options):
-            self._core.save(os.fspath(path))
+        self._core.save(os.fspath(path), session(storage_options))
 
     @classmethod
     def load(cls, path, storage_options=None) -> "Statistics":
-        with storage(storage_options):
-            return cls(_core.Statistics.load(os.fspath(path)))
+        return cls(_core.Statistics.load(os.fspath(path), session(storage_options)))
 
     def to_bytes(self) -> bytes:
         return self._core.to_bytes()
@@ -142,12 +132,10 @@ class Model:
 
     @classmethod
     def load(cls, path, storage_options=None) -> "Model":
-        with storage(storage_options):
-            return cls(_core.Model.load(os.fspath(path)))
+        return cls(_core.Model.load(os.fspath(path), session(storage_options)))
 
     def save(self, path, storage_options=None) -> None:
-        with storage(storage_options):
-            self._core.save(os.fspath(path))
+        self._core.save(os.fspath(path), session(storage_options))
 
     def to_bytes(self) -> bytes:
         return self._core.to_bytes()

@@ -17,7 +17,7 @@ from sklearn.utils.validation import assert_all_finite, check_is_fitted, column_
 from . import _core
 from ._inputs import arrow_table, expand_paths, features_table, is_arrow, is_paths, label_array, scores_of, with_columns
 from ._spec import pipeline_text, seed_of, stage_dicts
-from .core import Model, Statistics, storage
+from .core import Model, Statistics, session
 
 DEFAULT_STAGES = ({"kind": "rff", "dim": 1024},)
 LABEL = "label"
@@ -181,8 +181,7 @@ class _SketchModel(BaseEstimator):
         self._set_pipeline(self._text(data, seed_of(self.random_state)), None)
         self._stats = None
         self._from_files = True
-        with storage(storage_options):
-            self._model = Model(self._pipeline.fit_files(paths))
+        self._model = Model(self._pipeline.fit_files(paths, session(storage_options)))
         f = self._model.header["features"]
         self.n_features_in_ = f["dim"]
         if not f["list"]:

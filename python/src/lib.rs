@@ -13,13 +13,18 @@ use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyCapsule};
 use sketchfit::api::{FeatureMap, InMemoryFit};
 use sketchfit::source::Classes;
-use sketchfit::{Error, Model, Pipeline, Statistics};
+use sketchfit::{Error, Model, Pipeline, Session, Statistics};
 
 /// The library's error as the Python exception a user expects: bad input or settings
 /// are `ValueError` (a missing object or an existing output in a store among them), file
 /// and network trouble `OSError`, a refused memory plan `MemoryError`.
 fn py_err(e: Error) -> PyErr {
-    let message = sketchfit::remote::redact(&e.to_string());
+    py_err_in(&Session::new(), e)
+}
+
+/// [`py_err`] with the secrets of `session` redacted too.
+fn py_err_in(session: &Session, e: Error) -> PyErr {
+    let message = session.redact(&e.to_string());
     match e {
         Error::Io { .. } | Error::Remote { transient: true, .. } => PyOSError::new_err(message),
         Error::Memory { .. } => PyMemoryError::new_err(message),
@@ -117,9 +122,10 @@ impl PyPipeline {
         Ok(PyModel { inner: model })
     }
 
-    /// Fits on Parquet files (paths or globs), streamed in bounded memory.
-    fn fit_files(&self, py: Python<'_>, paths: Vec<PathBuf>) -> PyResult<PyModel> {
-        let model = py.detach(|| self.inner.fit_files(paths)).map_err(py_err)?;
+    /// Fits on Parquet files (paths or globs), streamed in bounded memory, in `session`.
+    fn fit_files(&self, py: Python<'_>, paths: Vec<PathBuf>, session: &PySession) -> PyResult<PyModel> {
+        let s = &session.inner;
+        let model = py.detach(|| self.inner.fit_files_with(s, paths)).map_err(|e| py_err_in(s, e))?;
         Ok(PyModel { inner: model })
     }
 
@@ -146,11 +152,17 @@ impl PyPipeline {
         }
     }
 
-    /// Statistics of shard `(i, n)` of Parquet files' row groups.
-    #[pyo3(signature = (paths, shard=(0, 1)))]
-    fn accumulate_files(&self, py: Python<'_>, paths: Vec<PathBuf>, shard: (usize, usize)) -> PyResult<PyStatistics> {
-        let s = py.detach(|| self.inner.accumulate_files(paths, shard)).map_err(py_err)?;
-        Ok(PyStatistics { inner: s })
+    /// Statistics of shard `(i, n)` of Parquet files' row groups, in `session`.
+    fn accumulate_files(
+        &self,
+        py: Python<'_>,
+        paths: Vec<PathBuf>,
+        shard: (usize, usize),
+        session: &PySession,
+    ) -> PyResult<PyStatistics> {
+        let s = &session.inner;
+        let stats = py.detach(|| self.inner.accumulate_files_with(s, paths, shard)).map_err(|e| py_err_in(s, e))?;
+        Ok(PyStatistics { inner: stats })
     }
 
     /// Adds an Arrow stream's rows to statistics, with their fitted parameters.
@@ -176,10 +188,11 @@ struct PyStatistics {
 
 #[pymethods]
 impl PyStatistics {
-    /// Reads and verifies a part file.
+    /// Reads and verifies a part file, in `session`.
     #[staticmethod]
-    fn load(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
-        Ok(PyStatistics { inner: py.detach(|| Statistics::load(&path)).map_err(py_err)? })
+    fn load(py: Python<'_>, path: PathBuf, session: &PySession) -> PyResult<Self> {
+        let s = &session.inner;
+        Ok(PyStatistics { inner: py.detach(|| Statistics::load_with(s, &path)).map_err(|e| py_err_in(s, e))? })
     }
 
     /// Verifies and reads a part file's bytes.
@@ -193,9 +206,11 @@ impl PyStatistics {
         Ok(PyBytes::new(py, &bytes))
     }
 
-    /// Writes the part file atomically (the same file as the command's `accumulate`).
-    fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
-        py.detach(|| self.inner.save(&path)).map_err(py_err)
+    /// Writes the part file atomically (the same file as the command's `accumulate`), in
+    /// `session`.
+    fn save(&self, py: Python<'_>, path: PathBuf, session: &PySession) -> PyResult<()> {
+        let s = &session.inner;
+        py.detach(|| self.inner.save_with(s, &path)).map_err(|e| py_err_in(s, e))
     }
 
     /// Merges another part of the same run into this one (the other is left as it was).
@@ -234,10 +249,11 @@ struct PyModel {
 
 #[pymethods]
 impl PyModel {
-    /// Reads and verifies a model file (the command line's).
+    /// Reads and verifies a model file (the command line's), in `session`.
     #[staticmethod]
-    fn load(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
-        Ok(PyModel { inner: py.detach(|| Model::load(&path)).map_err(py_err)? })
+    fn load(py: Python<'_>, path: PathBuf, session: &PySession) -> PyResult<Self> {
+        let s = &session.inner;
+        Ok(PyModel { inner: py.detach(|| Model::load_with(s, &path)).map_err(|e| py_err_in(s, e))? })
     }
 
     /// Verifies and reads a model file's bytes.
@@ -254,9 +270,10 @@ impl PyModel {
         Ok(PyBytes::new(py, &bytes))
     }
 
-    /// Writes the model file atomically.
-    fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
-        py.detach(|| self.inner.save(&path)).map_err(py_err)
+    /// Writes the model file atomically, in `session`.
+    fn save(&self, py: Python<'_>, path: PathBuf, session: &PySession) -> PyResult<()> {
+        let s = &session.inner;
+        py.detach(|| self.inner.save_with(s, &path)).map_err(|e| py_err_in(s, e))
     }
 
     /// The header as JSON (task, classes, features, stages, λ, …).
@@ -391,14 +408,21 @@ fn kinds() -> PyResult<String> {
         .map_err(|e| PyRuntimeError::new_err(format!("the family list as JSON: {e}")))
 }
 
-/// Sets the object-store options of the calls that follow (`storage_options`, the
-/// command line's `--storage-option` layer); returns the ones they replace.
-#[pyfunction]
-fn set_storage_options(pairs: Vec<(String, String)>) -> PyResult<Vec<(String, String)>> {
-    use sketchfit::remote::{layer_options, set_options, Layer};
-    let previous = layer_options(Layer::CommandLine);
-    set_options(Layer::CommandLine, &pairs).map_err(py_err)?;
-    Ok(previous)
+/// The engine value of one call: its object-store options (`storage_options`, the
+/// command line's `--storage-option` layer) and the files it reads and writes. Nothing is
+/// process-wide: calls on other threads, with other options, never see this one's.
+#[pyclass(name = "Session", module = "sketchfit._core", frozen)]
+struct PySession {
+    inner: Session,
+}
+
+#[pymethods]
+impl PySession {
+    #[new]
+    #[pyo3(signature = (storage_options=Vec::new()))]
+    fn new(storage_options: Vec<(String, String)>) -> PyResult<Self> {
+        Ok(PySession { inner: Session::with_storage_options(&storage_options).map_err(py_err)? })
+    }
 }
 
 #[pymodule]
@@ -409,7 +433,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyFeatureMap>()?;
     m.add_function(wrap_pyfunction!(values_address, m)?)?;
     m.add_function(wrap_pyfunction!(kinds, m)?)?;
-    m.add_function(wrap_pyfunction!(set_storage_options, m)?)?;
+    m.add_class::<PySession>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -1,9 +1,9 @@
 use std::path::PathBuf;
 
 use sketchfit::error::Result;
-use sketchfit::pipeline::spec::PipelineSpec;
 use sketchfit::pipeline::RunOptions;
 use sketchfit::pipeline::{accumulate_shard, parse_shard};
+use sketchfit::Session;
 
 /// `sketchfit accumulate PIPELINE --shard i/N -o PART`
 #[derive(Debug, clap::Args)]
@@ -34,35 +34,36 @@ pub struct Args {
     pass1: Option<PathBuf>,
 }
 
-pub fn run(a: Args) -> Result<()> {
+pub fn run(session: &Session, a: Args) -> Result<()> {
     let mut set = a.set.clone();
     if let Some(t) = a.threads {
         set.push(format!("run.threads={t}"));
     }
-    let spec = PipelineSpec::load(&a.pipeline, &set)?;
+    let spec = super::load_pipeline(session, &a.pipeline, &set)?;
     let checked = spec.check()?;
     let shard = parse_shard(&a.shard)?;
     let checkpoint = (spec.run.checkpoint_every > 0).then(|| super::checkpoint_for(&a.output));
     let opts = RunOptions {
+        session: session.clone(),
         progress: !a.quiet,
         checkpoint: checkpoint.clone(),
         resume: a.resume,
         output: Some(a.output.clone()),
         ..RunOptions::default()
     };
-    super::register_inputs(&spec);
+    super::register_inputs(session, &spec);
     if let Some(p) = &a.pass1 {
-        sketchfit::atomic::register_input(p);
+        sketchfit::atomic::register_input(session, p);
     }
     sketchfit::pipeline::check_run_outputs(&opts, "--output")?;
     if let Some(c) = &checkpoint {
-        sketchfit::atomic::register_own(c);
+        sketchfit::atomic::register_own(session, c);
     }
-    let mut reporter = super::reporter(a.quiet);
+    let mut reporter = super::reporter(session, a.quiet);
     accumulate_shard(&checked, shard, &a.output, &opts, a.pass1.as_deref(), &mut reporter)?;
     if let Some(c) = &checkpoint {
         // Only a checkpoint this run wrote or resumed from: the output check refused any other.
-        let _ = sketchfit::atomic::remove_own(c);
+        let _ = sketchfit::atomic::remove_own(session, c);
     }
     super::print_out(&format!("shard {}/{} statistics written to {}\n", shard.0, shard.1, a.output.display()))
 }

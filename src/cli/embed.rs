@@ -1,3 +1,4 @@
+use sketchfit::Session;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -45,8 +46,8 @@ pub struct Args {
     threads: Option<usize>,
 }
 
-pub fn run(a: Args) -> Result<()> {
-    let s = a.sketch.setup(super::threads(a.threads))?;
+pub fn run(session: &Session, a: Args) -> Result<()> {
+    let s = a.sketch.setup(session, super::threads(a.threads))?;
     if a.lsh == Some(0) || a.lsh.is_some_and(|k| k > 64) {
         return Err(Error::usage("--lsh", "the number of hashes must be from 1 to 64"));
     }
@@ -61,7 +62,7 @@ pub fn run(a: Args) -> Result<()> {
             ));
         }
     }
-    let (mut groups, _) = embed_groups(&a.input, &a.group_by, &s, a.min_rows)?;
+    let (mut groups, _) = embed_groups(session, &a.input, &a.group_by, &s, a.min_rows)?;
     let m = groups.first().map_or(0, |g| g.embedding.len());
     let dist = |x: &[f64], y: &[f64]| x.iter().zip(y).map(|(p, q)| (p - q).powi(2)).sum::<f64>().sqrt();
     if let Some(k) = a.lsh {
@@ -103,7 +104,7 @@ pub fn run(a: Args) -> Result<()> {
     }
     let batch =
         RecordBatch::try_new(schema.clone(), cols).map_err(|e| Error::bug_from("the output rows assemble", e))?;
-    let mut out = AtomicFile::create(&a.output)?;
+    let mut out = AtomicFile::create(session, &a.output)?;
     let perr = |source| Error::Parquet { location: Location::file(&a.output), source };
     let props = parquet::file::properties::WriterProperties::builder()
         .set_key_value_metadata(Some(vec![sketchfit::atomic::parquet_mark()]))

@@ -3,6 +3,7 @@ use std::path::PathBuf;
 use sketchfit::error::{Error, Result};
 use sketchfit::model::Model;
 use sketchfit::pipeline::predict::evaluate;
+use sketchfit::Session;
 
 /// `sketchfit evaluate MODEL --input FILES`
 #[derive(Debug, clap::Args)]
@@ -23,9 +24,9 @@ pub struct Args {
     chunk_rows: usize,
 }
 
-pub fn run(a: Args) -> Result<()> {
-    let model = Model::load(&a.model)?;
-    let ev = evaluate(&model, &a.input, a.chunk_rows.max(1), super::threads(a.threads), true)?;
+pub fn run(session: &Session, a: Args) -> Result<()> {
+    let model = Model::load_with(session, &a.model)?;
+    let ev = evaluate(session, &model, &a.input, a.chunk_rows.max(1), super::threads(a.threads), true)?;
     let text = if a.json {
         serde_json::to_string_pretty(&ev).map_err(|e| Error::bug_from("the report serialises", e))? + "\n"
     } else {

@@ -3,6 +3,7 @@ use std::path::PathBuf;
 use sketchfit::error::{Error, Result};
 use sketchfit::model::Model;
 use sketchfit::plot::{Chart, Series, XAxis};
+use sketchfit::Session;
 
 /// `sketchfit inspect MODEL`
 #[derive(Debug, clap::Args)]
@@ -17,8 +18,8 @@ pub struct Args {
     plot: Option<PathBuf>,
 }
 
-pub fn run(a: Args) -> Result<()> {
-    let model = Model::load(&a.model)?;
+pub fn run(session: &Session, a: Args) -> Result<()> {
+    let model = Model::load_with(session, &a.model)?;
     let h = &model.header;
     if let Some(p) = &a.plot {
         let spectra: Vec<(String, &[f64], usize)> = if model.projections.is_empty() {
@@ -35,14 +36,14 @@ pub fn run(a: Args) -> Result<()> {
                 })
                 .collect()
         };
-        sketchfit::atomic::write_bytes(p, scree_svg(&spectra).as_bytes())?;
+        sketchfit::atomic::write_bytes(session, p, scree_svg(&spectra).as_bytes())?;
     }
     if a.json {
         let text = serde_json::to_string_pretty(h).map_err(|e| Error::bug_from("the report serialises", e))?;
         return super::print_out(&(text + "\n"));
     }
     let size = if sketchfit::remote::is_remote(&a.model) {
-        sketchfit::remote::Object::open(&a.model).map(|o| o.size()).unwrap_or(0)
+        session.storage().open(&a.model).map(|o| o.size()).unwrap_or(0)
     } else {
         std::fs::metadata(sketchfit::remote::local(&a.model)).map(|m| m.len()).unwrap_or(0)
     };

@@ -2,7 +2,7 @@ use std::path::PathBuf;
 
 use sketchfit::error::{Error, Result};
 use sketchfit::pipeline::kernel_error::kernel_error;
-use sketchfit::pipeline::spec::PipelineSpec;
+use sketchfit::Session;
 
 /// `sketchfit kernel-error PIPELINE [--input FILES]`
 #[derive(Debug, clap::Args)]
@@ -29,14 +29,14 @@ pub struct Args {
     set: Vec<String>,
 }
 
-pub fn run(a: Args) -> Result<()> {
-    let spec = PipelineSpec::load(&a.pipeline, &a.set)?;
+pub fn run(session: &Session, a: Args) -> Result<()> {
+    let spec = super::load_pipeline(session, &a.pipeline, &a.set)?;
     if a.sample > 20_000 {
         return Err(Error::usage("--sample", "at most 20000 rows (the exact kernel is sample² entries)"));
     }
-    let report = kernel_error(&spec.check()?, &a.input, a.sample, a.seeds, a.plot.is_some())?;
+    let report = kernel_error(session, &spec.check()?, &a.input, a.sample, a.seeds, a.plot.is_some())?;
     if let Some(p) = &a.plot {
-        sketchfit::atomic::write_bytes(p, report.to_svg().as_bytes())?;
+        sketchfit::atomic::write_bytes(session, p, report.to_svg().as_bytes())?;
     }
     let text = if a.json {
         serde_json::to_string_pretty(&report).map_err(|e| Error::bug_from("the report serialises", e))? + "\n"

@@ -2,9 +2,9 @@ use std::path::PathBuf;
 
 use sketchfit::error::{Error, Result};
 use sketchfit::pipeline::mmd::{mmd, MmdOptions, Sketching};
-use sketchfit::pipeline::spec::PipelineSpec;
 use sketchfit::sketch::{GaussianSketchHdSpec, StageSpec};
 use sketchfit::source::{ColumnSpec, FeatureColumns};
+use sketchfit::Session;
 
 /// Options shared by `mmd` and `embed`: which columns and which sketch.
 #[derive(Debug, clap::Args)]
@@ -30,9 +30,9 @@ pub struct SketchArgs {
 }
 
 impl SketchArgs {
-    pub fn setup(&self, threads: usize) -> Result<Sketching> {
+    pub fn setup(&self, session: &Session, threads: usize) -> Result<Sketching> {
         if let Some(p) = &self.pipeline {
-            let spec = PipelineSpec::load(p, &[])?;
+            let spec = super::load_pipeline(session, p, &[])?;
             let cols = spec.check()?.feature_only_columns();
             return Ok(Sketching {
                 cols,
@@ -97,13 +97,13 @@ pub struct Args {
     threads: Option<usize>,
 }
 
-pub fn run(a: Args) -> Result<()> {
+pub fn run(session: &Session, a: Args) -> Result<()> {
     if a.permutations == 0 || a.cap < 2 {
         return Err(Error::usage("--permutations/--cap", "need at least 1 permutation and 2 rows per set"));
     }
-    let s = a.sketch.setup(super::threads(a.threads))?;
+    let s = a.sketch.setup(session, super::threads(a.threads))?;
     let opts = MmdOptions { permutations: a.permutations, cap: a.cap, exact: a.exact, threads: s.threads };
-    let r = mmd(&a.a, &a.b, &s, &opts)?;
+    let r = mmd(session, &a.a, &a.b, &s, &opts)?;
     let text = if a.json {
         serde_json::to_string_pretty(&r).map_err(|e| Error::bug_from("the report serialises", e))? + "\n"
     } else {

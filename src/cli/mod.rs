@@ -17,6 +17,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use sketchfit::error::Error;
+use sketchfit::pipeline::spec::PipelineSpec;
+use sketchfit::Session;
 
 /// Kernel models on data larger than memory.
 #[derive(Debug, Parser)]
@@ -65,37 +67,53 @@ pub fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    let result = sketchfit::remote::parse_pairs(&cli.storage_option, "--storage-option")
-        .and_then(|pairs| sketchfit::remote::set_options(sketchfit::remote::Layer::CommandLine, &pairs))
-        .and_then(|()| run(cli.command));
-    match result {
+    // One session per command: its storage options, and every file it reads or writes.
+    let session = match sketchfit::remote::parse_pairs(&cli.storage_option, "--storage-option")
+        .and_then(|pairs| Session::with_storage_options(&pairs))
+    {
+        Ok(s) => s,
+        Err(e) => return fail(&Session::new(), &e),
+    };
+    match run(&session, cli.command) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            // Credentials never reach the terminal, whatever error carried them.
-            eprintln!("error: {}", sketchfit::remote::redact(&e.to_string()));
-            let mut src = std::error::Error::source(&e);
-            while let Some(s) = src {
-                eprintln!("  caused by: {}", sketchfit::remote::redact(&s.to_string()));
-                src = s.source();
-            }
-            ExitCode::from(if e.is_user_error() { 2 } else { 1 })
-        }
+        Err(e) => fail(&session, &e),
     }
 }
 
-fn run(command: Command) -> Result<(), Error> {
-    match command {
-        Command::Train(a) => train::run(a),
-        Command::Predict(a) => predict::run(a),
-        Command::Evaluate(a) => evaluate::run(a),
-        Command::Inspect(a) => inspect::run(a),
-        Command::KernelError(a) => kernel_error::run(a),
-        Command::Transform(a) => transform::run(a),
-        Command::Accumulate(a) => accumulate::run(a),
-        Command::Solve(a) => solve::run(a),
-        Command::Mmd(a) => mmd::run(a),
-        Command::Embed(a) => embed::run(a),
+/// Prints an error and its causes; bad usage or input is exit 2, anything else 1.
+fn fail(session: &Session, e: &Error) -> ExitCode {
+    // Credentials never reach the terminal, whatever error carried them.
+    eprintln!("error: {}", session.redact(&e.to_string()));
+    let mut src = std::error::Error::source(e);
+    while let Some(s) = src {
+        eprintln!("  caused by: {}", session.redact(&s.to_string()));
+        src = s.source();
     }
+    ExitCode::from(if e.is_user_error() { 2 } else { 1 })
+}
+
+fn run(session: &Session, command: Command) -> Result<(), Error> {
+    match command {
+        Command::Train(a) => train::run(session, a),
+        Command::Predict(a) => predict::run(session, a),
+        Command::Evaluate(a) => evaluate::run(session, a),
+        Command::Inspect(a) => inspect::run(session, a),
+        Command::KernelError(a) => kernel_error::run(session, a),
+        Command::Transform(a) => transform::run(session, a),
+        Command::Accumulate(a) => accumulate::run(session, a),
+        Command::Solve(a) => solve::run(session, a),
+        Command::Mmd(a) => mmd::run(session, a),
+        Command::Embed(a) => embed::run(session, a),
+    }
+}
+
+/// Reads a pipeline file in the command's session and puts its `[storage]` table in force
+/// there (under the command line's options), so the checks before the run see objects
+/// as the run will.
+fn load_pipeline(session: &Session, path: &std::path::Path, set: &[String]) -> Result<PipelineSpec, Error> {
+    let spec = PipelineSpec::load(session, path, set)?;
+    session.storage().set_options(sketchfit::remote::Layer::Pipeline, &spec.storage)?;
+    Ok(spec)
 }
 
 /// The default checkpoint of an output: beside it for a local file; in the working
@@ -115,30 +133,36 @@ fn checkpoint_for(output: &std::path::Path) -> std::path::PathBuf {
 /// Registers every input a pipeline names (its data, the feature list, the code file), so
 /// that an output onto any of them is refused before the run reads a row. A pattern that
 /// does not expand is left for the run itself to report, with its own location.
-fn register_inputs(spec: &sketchfit::pipeline::spec::PipelineSpec) {
+fn register_inputs(session: &Session, spec: &PipelineSpec) {
     let d = &spec.data;
     for list in [&d.train, &d.test, &d.unlabeled, &d.validation] {
-        for p in sketchfit::source::expand_paths(list).unwrap_or_default() {
-            sketchfit::atomic::register_input(&p);
+        for p in sketchfit::source::expand_paths(session, list).unwrap_or_default() {
+            sketchfit::atomic::register_input(session, &p);
         }
     }
     let files = d.feature_list.iter().map(std::path::PathBuf::from).chain(spec.ridge.code_file.iter().map(Into::into));
     for f in files {
-        sketchfit::atomic::register_input(&f);
+        sketchfit::atomic::register_input(session, &f);
     }
 }
 
-/// The reporter of a command: every line to stderr unless `quiet`.
-fn reporter(quiet: bool) -> sketchfit::pipeline::Reporter {
+/// The reporter of a command: every line to stderr unless `quiet`, with the session's
+/// credentials redacted.
+fn reporter(session: &Session, quiet: bool) -> sketchfit::pipeline::Reporter {
+    let session = session.clone();
     sketchfit::pipeline::Reporter::new(Box::new(move |line: &str| {
         if !quiet {
-            eprintln!("{line}");
+            eprintln!("{}", session.redact(line));
         }
     }))
 }
 
 /// Writes what a run reported as JSON where `--report` asks (atomically, read back).
-fn write_report(path: Option<&std::path::Path>, report: &sketchfit::pipeline::RunReport) -> Result<(), Error> {
+fn write_report(
+    session: &Session,
+    path: Option<&std::path::Path>,
+    report: &sketchfit::pipeline::RunReport,
+) -> Result<(), Error> {
     let Some(path) = path else { return Ok(()) };
     let mut value = serde_json::to_value(report).map_err(|e| Error::bug_from("the run report serialises", e))?;
     if let Some(o) = value.as_object_mut() {
@@ -147,7 +171,7 @@ fn write_report(path: Option<&std::path::Path>, report: &sketchfit::pipeline::Ru
     }
     let text = serde_json::to_string_pretty(&sketchfit::identity::redact_json(value))
         .map_err(|e| Error::bug_from("the run report serialises", e))?;
-    sketchfit::atomic::write_bytes(path, text.as_bytes())
+    sketchfit::atomic::write_bytes(session, path, text.as_bytes())
 }
 
 /// Threads from a flag (0 or absent: all cores).

@@ -3,6 +3,7 @@ use std::path::PathBuf;
 use sketchfit::error::Result;
 use sketchfit::model::Model;
 use sketchfit::pipeline::predict::{predict, PredictOptions};
+use sketchfit::Session;
 
 /// `sketchfit predict MODEL --input FILES --output OUT.parquet`
 #[derive(Debug, clap::Args)]
@@ -29,9 +30,10 @@ pub struct Args {
     chunk_rows: usize,
 }
 
-pub fn run(a: Args) -> Result<()> {
-    let model = Model::load(&a.model)?;
+pub fn run(session: &Session, a: Args) -> Result<()> {
+    let model = Model::load_with(session, &a.model)?;
     let opts = PredictOptions {
+        session: session.clone(),
         keep: a.keep,
         scores: a.scores,
         chunk_rows: a.chunk_rows.max(1),

@@ -2,8 +2,8 @@ use std::path::PathBuf;
 
 use sketchfit::error::Result;
 use sketchfit::pipeline::predict::{evaluate, Evaluation};
-use sketchfit::pipeline::spec::PipelineSpec;
 use sketchfit::pipeline::{solve_parts, SolveOutcome};
+use sketchfit::Session;
 
 /// `sketchfit solve PIPELINE PART… -o MODEL`
 #[derive(Debug, clap::Args)]
@@ -33,20 +33,21 @@ pub struct Args {
     report: Option<PathBuf>,
 }
 
-pub fn run(a: Args) -> Result<()> {
-    let spec = PipelineSpec::load(&a.pipeline, &a.set)?;
+pub fn run(session: &Session, a: Args) -> Result<()> {
+    let spec = super::load_pipeline(session, &a.pipeline, &a.set)?;
     let checked = spec.check()?;
     let quiet = a.quiet;
     for p in a.parts.iter().chain(&a.pass1) {
-        sketchfit::atomic::register_input(p);
+        sketchfit::atomic::register_input(session, p);
     }
     let mut outputs: Vec<(&str, &std::path::Path)> = vec![("--output", &a.output)];
     outputs.extend(a.report.as_deref().map(|r| ("--report", r)));
-    sketchfit::atomic::check_outputs(&outputs, None)?;
-    let mut reporter = super::reporter(quiet);
+    sketchfit::atomic::check_outputs(session, &outputs, None)?;
+    let mut reporter = super::reporter(session, quiet);
     // The parts are the statistics on disk: a large fixed-λ solve may consume them.
-    let outcome = solve_parts(&checked, &a.parts, (a.allow_partial, a.pass1.as_deref()), &a.output, &mut reporter)?;
-    super::write_report(a.report.as_deref(), &reporter.report)?;
+    let outcome =
+        solve_parts(session, &checked, &a.parts, (a.allow_partial, a.pass1.as_deref()), &a.output, &mut reporter)?;
+    super::write_report(session, a.report.as_deref(), &reporter.report)?;
     let model = match outcome {
         SolveOutcome::Model(m) => *m,
         SolveOutcome::Pass1Merged => {
@@ -68,6 +69,7 @@ pub fn run(a: Args) -> Result<()> {
     );
     if !spec.data.test.is_empty() {
         if let Evaluation::Classification { rows, accuracy, .. } = evaluate(
+            session,
             &model,
             &spec.data.test,
             spec.run.chunk_rows,
@@ -77,7 +79,7 @@ pub fn run(a: Args) -> Result<()> {
             out += &format!("test accuracy: {accuracy:.4} ({rows} rows)\n");
         }
     }
-    model.save(&a.output)?;
+    model.save_with(session, &a.output)?;
     out += &format!("model written to {}\n", a.output.display());
     super::print_out(&out)
 }

@@ -2,8 +2,8 @@ use std::path::PathBuf;
 
 use sketchfit::error::Result;
 use sketchfit::pipeline::predict::{evaluate, Evaluation};
-use sketchfit::pipeline::spec::PipelineSpec;
 use sketchfit::pipeline::RunOptions;
+use sketchfit::Session;
 
 /// `sketchfit train PIPELINE -o MODEL`
 #[derive(Debug, clap::Args)]
@@ -30,17 +30,18 @@ pub struct Args {
     report: Option<PathBuf>,
 }
 
-pub fn run(a: Args) -> Result<()> {
+pub fn run(session: &Session, a: Args) -> Result<()> {
     let mut set = a.set.clone();
     if let Some(t) = a.threads {
         set.push(format!("run.threads={t}"));
     }
-    let spec = PipelineSpec::load(&a.pipeline, &set)?;
+    let spec = super::load_pipeline(session, &a.pipeline, &set)?;
     let checked = spec.check()?;
     let quiet = a.quiet;
     let checkpoint = (spec.run.checkpoint_every > 0)
         .then(|| spec.run.checkpoint.clone().unwrap_or_else(|| super::checkpoint_for(&a.output)));
     let opts = RunOptions {
+        session: session.clone(),
         progress: !quiet,
         stats_on_disk: checkpoint.is_some(),
         checkpoint: checkpoint.clone(),
@@ -51,14 +52,14 @@ pub fn run(a: Args) -> Result<()> {
     };
     // Every input (test files are read after training) is registered and every output
     // checked against them and each other now, before the pre-pass reads a row.
-    super::register_inputs(&spec);
+    super::register_inputs(session, &spec);
     sketchfit::pipeline::check_run_outputs(&opts, "--output")?;
     if let Some(c) = &checkpoint {
         // Rewritten as the pass goes: the one output this run may replace.
-        sketchfit::atomic::register_own(c);
+        sketchfit::atomic::register_own(session, c);
     }
     let threads = opts.threads_for(&checked);
-    let mut reporter = super::reporter(quiet);
+    let mut reporter = super::reporter(session, quiet);
     let model = sketchfit::pipeline::run::train(&checked, &opts, &mut reporter)?;
     let h = &model.header;
     let mut out = format!(
@@ -70,7 +71,7 @@ pub fn run(a: Args) -> Result<()> {
         sketchfit::pipeline::stream::lambda_text(&h.lambdas)
     );
     if !spec.data.test.is_empty() {
-        match evaluate(&model, &spec.data.test, spec.run.chunk_rows, threads, !quiet)? {
+        match evaluate(session, &model, &spec.data.test, spec.run.chunk_rows, threads, !quiet)? {
             Evaluation::Classification { rows, accuracy, .. } => {
                 out += &format!("test accuracy: {:.4} ({rows} rows)\n", accuracy);
             }
@@ -81,12 +82,12 @@ pub fn run(a: Args) -> Result<()> {
             }
         }
     }
-    model.save(&a.output)?;
-    super::write_report(a.report.as_deref(), &reporter.report)?;
+    model.save_with(session, &a.output)?;
+    super::write_report(session, a.report.as_deref(), &reporter.report)?;
     if let Some(c) = &checkpoint {
         // The run is complete: its checkpoint has served. The output check refused a
         // checkpoint path that held anything this run did not write or resume from.
-        let _ = sketchfit::atomic::remove_own(c);
+        let _ = sketchfit::atomic::remove_own(session, c);
     }
     out += &format!("model written to {}\n", a.output.display());
     if !quiet {

@@ -158,7 +158,12 @@ fn le_blocks(data: &[f64], mut f: impl FnMut(&[u8]) -> std::io::Result<()>) -> s
 /// checksum is taken over the arrays where they lie, the safetensors header written,
 /// the arrays streamed after it, and the file read back and verified — again a block at
 /// a time — before it is renamed into place.
-pub fn write_f64<H: Header>(target: &std::path::Path, header: &H, mut arrays: Vec<F64Array<'_>>) -> Result<()> {
+pub fn write_f64<H: Header>(
+    session: &crate::session::Session,
+    target: &std::path::Path,
+    header: &H,
+    mut arrays: Vec<F64Array<'_>>,
+) -> Result<()> {
     use std::io::Write;
     arrays.sort_by(|a, b| a.name.cmp(&b.name));
     let mut header = header.clone();
@@ -185,7 +190,7 @@ pub fn write_f64<H: Header>(target: &std::path::Path, header: &H, mut arrays: Ve
     }
     let mut head = serde_json::to_vec(&meta).map_err(|e| Error::bug_from("a container file serialises", e))?;
     head.resize(head.len().next_multiple_of(8), b' ');
-    let mut out = crate::atomic::AtomicFile::create(target)?;
+    let mut out = crate::atomic::AtomicFile::create(session, target)?;
     let tmp = out.tmp_path().to_path_buf();
     {
         let mut w = std::io::BufWriter::with_capacity(1 << 20, out.file());
@@ -325,10 +330,10 @@ pub fn scan_file<H: Header>(
 
 /// FNV-1a 64 of a whole file, read a block at a time (a file's identity, as
 /// [`checksum`] gives it for the file's bytes).
-pub fn file_checksum(path: &std::path::Path) -> std::io::Result<String> {
+pub fn file_checksum(session: &crate::session::Session, path: &std::path::Path) -> std::io::Result<String> {
     use std::io::Read;
     // Through the run's input path, so a part in an object store is read as any other.
-    let mut f = crate::atomic::open_own(path).map_err(|e| std::io::Error::other(e.to_string()))?;
+    let mut f = crate::atomic::open_own(session, path).map_err(|e| std::io::Error::other(e.to_string()))?;
     let mut h = Fnv::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
@@ -496,7 +501,7 @@ mod tests {
                 F64Array { name: "b".into(), shape: vec![2], data: &[1.5, -2.0] },
                 F64Array { name: "a".into(), shape: vec![100, 200], data: &big },
             ];
-            write_f64(&path, &h, arrays).unwrap();
+            write_f64(&crate::session::Session::new(), &path, &h, arrays).unwrap();
             let bytes = std::fs::read(&path).unwrap();
             // The in-memory reader takes it: the same header, arrays and checksum as `encode`.
             let d = decode::<Toy>(&bytes).unwrap();

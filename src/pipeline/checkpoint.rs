@@ -14,6 +14,7 @@ use crate::stats::{stats_to_file, GramStats};
 
 /// Writes checkpoints at unit boundaries.
 pub(crate) struct Checkpointer<'a> {
+    pub(crate) session: &'a crate::session::Session,
     pub(crate) path: &'a Path,
     pub(crate) every: usize,
     pub(crate) since: usize,
@@ -47,7 +48,7 @@ impl Checkpointer<'_> {
             pass,
             done: done.to_vec(),
         };
-        stats_to_file(self.path, named, serde_json::to_value(&meta).unwrap_or_default())
+        stats_to_file(self.session, self.path, named, serde_json::to_value(&meta).unwrap_or_default())
     }
 }
 
@@ -87,7 +88,7 @@ impl KeepState for BeforeSolve<'_> {
             self.checkpointer.write_blocks(&named, self.pass, self.done)?;
             self.written.store(true, std::sync::atomic::Ordering::Relaxed);
         }
-        if cfg!(debug_assertions) && std::env::var_os("SKETCHFIT_TEST_ABORT_IN_SOLVE").is_some() {
+        if cfg!(feature = "fault-injection") && std::env::var_os("SKETCHFIT_TEST_ABORT_IN_SOLVE").is_some() {
             // The test hook's kill inside the factorisation, once the state is on disk.
             std::process::abort();
         }
@@ -127,19 +128,20 @@ pub fn check_run_outputs(opts: &RunOptions, result_key: &str) -> Result<()> {
         companions: &companions,
         resume: opts.resume,
     });
-    crate::atomic::check_outputs(&outputs, checkpoint)
+    crate::atomic::check_outputs(&opts.session, &outputs, checkpoint)
 }
 
 /// The state a checkpoint holds, for `plan`, and the units it had done. The fingerprint
 /// must be the run's: another pipeline, seed or set of inputs never resumes.
 pub(crate) fn load_checkpoint(
+    session: &crate::session::Session,
     path: &Path,
     fingerprint: &str,
     plan: &Plan,
 ) -> Result<(Box<dyn Accumulation>, Vec<usize>)> {
     let bad = |message: String| Error::BadModel { path: path.into(), message };
     // Callers resume only from a checkpoint that exists; the shared reader names any other fault.
-    let (blocks, meta) = read_stats(path, false)?;
+    let (blocks, meta) = read_stats(session, path, false)?;
     let meta: CheckpointMeta = serde_json::from_value(meta).map_err(|e| bad(format!("bad checkpoint header: {e}")))?;
     if meta.kind != FileKind::Checkpoint {
         return Err(bad("not a checkpoint".into()));
@@ -156,14 +158,13 @@ pub(crate) fn load_checkpoint(
     Ok((acc, meta.done))
 }
 
-/// Units (over all passes) this process completes before the test hook aborts it,
-/// simulating a kill at an exact point. Only in builds with debug assertions (the
-/// profile `cargo test` builds): a release binary has no fault injection at all.
+/// Units (over all passes of the session) a run completes before the test hook aborts
+/// the process, simulating a kill at an exact point. Only in builds with the cargo
+/// feature `fault-injection` (the test script's): a default or release build has no
+/// fault injection at all.
 pub(crate) fn abort_after() -> Option<usize> {
-    if !cfg!(debug_assertions) {
+    if !cfg!(feature = "fault-injection") {
         return None;
     }
     std::env::var("SKETCHFIT_TEST_ABORT_AFTER_UNITS").ok().and_then(|v| v.parse().ok())
 }
-
-pub(crate) static UNITS_DONE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);

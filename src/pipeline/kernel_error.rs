@@ -3,6 +3,7 @@
 //! over seeds, the mean and max absolute error and the mapping time per row, and
 //! optionally the NRMS against the output dimension.
 
+use crate::session::Session;
 use std::fmt::Write as _;
 use std::time::Instant;
 
@@ -122,6 +123,7 @@ fn measure(spec: &StageSpec, index: usize, sample: &Sample, seeds: usize, base_s
 
 /// Runs the comparison on `inputs` (or the pipeline's training files).
 pub fn kernel_error(
+    session: &Session,
     checked: &CheckedPipeline,
     inputs: &[std::path::PathBuf],
     sample: usize,
@@ -133,7 +135,7 @@ pub fn kernel_error(
     }
     let spec = checked.spec();
     let files = if inputs.is_empty() { &spec.data.train } else { inputs };
-    let ds = Dataset::open(files, checked.feature_only_columns())?;
+    let ds = Dataset::open(session, files, checked.feature_only_columns())?;
     let d = ds.dim();
     let x = reservoir(&ds, sample, spec.run.seed, spec.run.chunk_rows, &mut |_| Ok(()))?;
     let n = x.len() / d;

@@ -4,6 +4,7 @@
 //! (`twosample` holds the statistics); streaming grouped rows gives one embedding per
 //! group.
 
+use crate::session::Session;
 use std::path::PathBuf;
 
 use serde::Serialize;
@@ -80,11 +81,17 @@ pub struct MmdReport {
 
 /// Streams both inputs once through the stages and reports the kernel distance and the
 /// two-sample test.
-pub fn mmd(a: &[PathBuf], b: &[PathBuf], sketching: &Sketching, opts: &MmdOptions) -> Result<MmdReport> {
+pub fn mmd(
+    session: &Session,
+    a: &[PathBuf],
+    b: &[PathBuf],
+    sketching: &Sketching,
+    opts: &MmdOptions,
+) -> Result<MmdReport> {
     let Sketching { cols, stages, seed, sample_rows, chunk_rows, .. } = sketching;
     let (seed, sample_rows, chunk_rows) = (*seed, *sample_rows, *chunk_rows);
-    let da = Dataset::open(a, cols.clone())?;
-    let db = Dataset::open(b, cols.clone())?;
+    let da = Dataset::open(session, a, cols.clone())?;
+    let db = Dataset::open(session, b, cols.clone())?;
     if da.features.columns != db.features.columns {
         return Err(Error::data(db.files[0].location(), "the two inputs have different feature columns"));
     }
@@ -183,6 +190,7 @@ pub struct GroupEmbedding {
 /// compared as text), in order of first appearance. Groups with fewer than `min_rows`
 /// rows are an error naming the group.
 pub fn embed_groups(
+    session: &Session,
     inputs: &[PathBuf],
     group_by: &str,
     sketching: &Sketching,
@@ -192,7 +200,7 @@ pub fn embed_groups(
     let (seed, sample_rows, chunk_rows, threads) = (*seed, *sample_rows, *chunk_rows, *threads);
     let mut cols = sketching.cols.clone();
     cols.keep = vec![group_by.to_string()];
-    let ds = Dataset::open(inputs, cols)?;
+    let ds = Dataset::open(session, inputs, cols)?;
     let d = ds.dim();
     let sample = reservoir(&ds, sample_rows.max(1), seed, chunk_rows, &mut |_| Ok(()))?;
     let fitted: Vec<StageSpec> =

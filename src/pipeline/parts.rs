@@ -3,6 +3,7 @@
 //! ([`check_parts`]: one run, each shard once, no row group twice) that `solve`, the
 //! library's merges and the engines' reduces all use.
 
+use crate::session::Session;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -99,9 +100,9 @@ pub(crate) type StatsFile = (Blocks, serde_json::Value);
 
 /// `input`: a file this run only reads (parts), as opposed to its own checkpoint. Read a
 /// block at a time into the statistics (a 16 GiB part needs 16 GiB, not 32).
-pub(crate) fn read_stats(path: &Path, input: bool) -> Result<StatsFile> {
+pub(crate) fn read_stats(session: &Session, path: &Path, input: bool) -> Result<StatsFile> {
     let bad = |message: String| Error::BadModel { path: path.into(), message };
-    let file = if input { crate::atomic::open_input(path)? } else { crate::atomic::open_own(path)? };
+    let file = if input { crate::atomic::open_input(session, path)? } else { crate::atomic::open_own(session, path)? };
     stats_from_file(file).map_err(|e| bad(e.to_string()))
 }
 
@@ -234,14 +235,27 @@ impl Statistics {
         stats_to_bytes(&self.named(), serde_json::to_value(&self.meta).unwrap_or_default())
     }
 
-    /// Writes the part file (streamed: no copy of the statistics in memory), atomically.
+    /// Writes the part file (streamed: no copy of the statistics in memory), atomically;
+    /// storage options from the environment ([`Statistics::save_with`] takes a session).
     pub fn save(&self, path: &Path) -> Result<()> {
-        crate::stats::stats_to_file(path, &self.named(), serde_json::to_value(&self.meta).unwrap_or_default())
+        self.save_with(&Session::new(), path)
     }
 
-    /// Reads and verifies a part file.
+    /// [`Statistics::save`] in `session`: its storage options, never over its inputs.
+    pub fn save_with(&self, session: &Session, path: &Path) -> Result<()> {
+        let meta = serde_json::to_value(&self.meta).unwrap_or_default();
+        crate::stats::stats_to_file(session, path, &self.named(), meta)
+    }
+
+    /// Reads and verifies a part file (storage options from the environment;
+    /// [`Statistics::load_with`] takes a session).
     pub fn load(path: &Path) -> Result<Statistics> {
-        let (blocks, meta) = read_stats(path, true)?;
+        Statistics::load_with(&Session::new(), path)
+    }
+
+    /// [`Statistics::load`] in `session`, which registers the file as one of its inputs.
+    pub fn load_with(session: &Session, path: &Path) -> Result<Statistics> {
+        let (blocks, meta) = read_stats(session, path, true)?;
         Statistics::from_blocks(path, blocks, meta)
     }
 
@@ -287,9 +301,13 @@ impl Statistics {
 }
 
 /// The merged pass-one statistics of a sharded two-pass run, and the file's checksum.
-pub(crate) fn load_pass1(path: &Path, fingerprint: Option<&str>) -> Result<(Blocks, PartMeta, String)> {
+pub(crate) fn load_pass1(
+    session: &Session,
+    path: &Path,
+    fingerprint: Option<&str>,
+) -> Result<(Blocks, PartMeta, String)> {
     let bad = |message: String| Error::BadModel { path: path.into(), message };
-    let (blocks, meta) = read_stats(path, true)?;
+    let (blocks, meta) = read_stats(session, path, true)?;
     let meta: PartMeta =
         serde_json::from_value(meta).map_err(|e| bad(format!("not merged pass-one statistics: {e}")))?;
     if meta.kind != FileKind::Pass1 {
@@ -302,7 +320,7 @@ pub(crate) fn load_pass1(path: &Path, fingerprint: Option<&str>) -> Result<(Bloc
         return Err(bad("no pass-one statistics".into()));
     }
     let blocks = blocks.into_iter().filter(|(n, _)| n.starts_with("pass1.")).collect();
-    Ok((blocks, meta, crate::container::file_checksum(path).map_err(|e| Error::io(path, e))?))
+    Ok((blocks, meta, crate::container::file_checksum(session, path).map_err(|e| Error::io(path, e))?))
 }
 
 /// Parses `i/N`.

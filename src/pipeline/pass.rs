@@ -8,7 +8,7 @@ use std::time::Instant;
 use crate::error::{Error, Result};
 use crate::pipeline::accumulate::{Accumulation, Batch, PassEnv};
 use crate::pipeline::check::CheckedPipeline;
-use crate::pipeline::checkpoint::{abort_after, load_checkpoint, Checkpointer, UNITS_DONE};
+use crate::pipeline::checkpoint::{abort_after, load_checkpoint, Checkpointer};
 use crate::pipeline::plan::{chunk_rows_for, Plan, RunOptions};
 use crate::pipeline::prepare::Prepared;
 use crate::pipeline::report::{PassReport, Reporter, ResumeReport};
@@ -29,6 +29,7 @@ impl Run<'_> {
     /// A solve context over this run's maps (the accumulation's pass hooks and its solve).
     pub(crate) fn ctx<'c>(&'c self, report: &'c mut Reporter, training: Option<&'c Dataset>) -> SolveCtx<'c> {
         SolveCtx {
+            session: &self.opts.session,
             checked: self.checked,
             maps: &self.prep.maps,
             candidate: 0,
@@ -100,7 +101,6 @@ pub(crate) fn run_pass(
     };
     let mut chunks = 0;
     let side_before = acc.side_map_seconds();
-    let gemm_before = crate::stats::gemm_seconds();
     let start = Instant::now();
     let chunk = chunk_rows_for(spec.run.chunk_rows, dim, run.plan.keeps_rows());
     let times = crate::pipeline::stream::stream_mapped(&work, chunk, &mapper, &mut |item| {
@@ -116,7 +116,7 @@ pub(crate) fn run_pass(
                         c.since = 0;
                     }
                 }
-                let total = UNITS_DONE.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                let total = run.opts.session.count_unit();
                 if abort.is_some_and(|n| total >= n) {
                     std::process::abort();
                 }
@@ -147,7 +147,7 @@ pub(crate) fn run_pass(
         decode: times.decode,
         map: times.map,
         fold: times.fold,
-        gemm: crate::stats::gemm_seconds() - gemm_before,
+        gemm: env.gemm_seconds(),
         other_maps: acc.side_map_seconds() - side_before,
         wait: times.wait,
     })
@@ -185,7 +185,7 @@ pub(crate) fn accumulate(run: &Run<'_>, units: &[usize], report: &mut Reporter) 
     let opts = run.opts;
     let fresh = || run.plan.accumulation(&prep.maps, prep.c, prep.labeled.total_rows());
     let found = match (&opts.checkpoint, opts.resume) {
-        (Some(path), true) => crate::atomic::exists(path)?,
+        (Some(path), true) => crate::atomic::exists(&opts.session, path)?,
         _ => false,
     };
     let (mut acc, mut done) = match (&opts.checkpoint, opts.resume) {
@@ -201,7 +201,7 @@ pub(crate) fn accumulate(run: &Run<'_>, units: &[usize], report: &mut Reporter) 
                         .into(),
                 });
             }
-            let (acc, done) = load_checkpoint(path, &prep.fingerprint, run.plan)?;
+            let (acc, done) = load_checkpoint(&opts.session, path, &prep.fingerprint, run.plan)?;
             report.say(format!(
                 "resuming from {} (pass {}, {} row groups done)",
                 path.display(),
@@ -223,6 +223,7 @@ pub(crate) fn accumulate(run: &Run<'_>, units: &[usize], report: &mut Reporter) 
         report.say("no checkpoint: the rows are kept for the dual solve (the pass is one read of at most D/2 rows)");
     }
     let mut ckpt = opts.checkpoint.as_deref().filter(|_| !keeps_rows).map(|path| Checkpointer {
+        session: &opts.session,
         path,
         every: run.checked.spec().run.checkpoint_every,
         since: 0,

@@ -24,6 +24,9 @@ pub(crate) use memory::{chunk_rows_for, memory_limit, mib};
 /// How a run is driven, beyond the pipeline file.
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {
+    /// The session the run belongs to: its storage, the files it reads and writes (a
+    /// default one is fresh, with the environment's storage settings only).
+    pub session: crate::session::Session,
     /// Show a progress bar.
     pub progress: bool,
     /// Where to write checkpoints (none: no checkpoints).

@@ -2,6 +2,7 @@
 //! (and kept columns), `evaluate` scores labeled data. Both read the same columns the
 //! model was trained on and check the input dimension first.
 
+use crate::session::Session;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -28,11 +29,17 @@ pub enum Rows<'a> {
     Batches(&'a [RecordBatch]),
 }
 
-fn open_for(model: &Model, inputs: &[PathBuf], with_truth: bool, keep: &[String]) -> Result<Dataset> {
-    open_rows(model, Rows::Files(inputs), with_truth, keep)
+fn open_for(
+    session: &Session,
+    model: &Model,
+    inputs: &[PathBuf],
+    with_truth: bool,
+    keep: &[String],
+) -> Result<Dataset> {
+    open_rows(session, model, Rows::Files(inputs), with_truth, keep)
 }
 
-fn open_rows(model: &Model, rows: Rows<'_>, with_truth: bool, keep: &[String]) -> Result<Dataset> {
+fn open_rows(session: &Session, model: &Model, rows: Rows<'_>, with_truth: bool, keep: &[String]) -> Result<Dataset> {
     let f = &model.header.features;
     let features = if f.list {
         FeatureColumns::List(f.columns[0].clone())
@@ -47,7 +54,7 @@ fn open_rows(model: &Model, rows: Rows<'_>, with_truth: bool, keep: &[String]) -
         null_labels_unlabeled: false,
     };
     let ds = match rows {
-        Rows::Files(paths) => Dataset::open(paths, spec)?,
+        Rows::Files(paths) => Dataset::open(session, paths, spec)?,
         Rows::Batches(b) => Dataset::from_batches("record batches", b.to_vec(), spec)?,
     };
     if ds.dim() != f.dim {
@@ -124,13 +131,14 @@ impl Evaluation {
 
 /// Scores a model on labeled files.
 pub fn evaluate(
+    session: &Session,
     model: &Model,
     inputs: &[PathBuf],
     chunk_rows: usize,
     threads: usize,
     show: bool,
 ) -> Result<Evaluation> {
-    let ds = open_for(model, inputs, true, &[])?;
+    let ds = open_for(session, model, inputs, true, &[])?;
     let bar = progress(ds.total_rows(), "evaluate", show);
     let h = &model.header;
     let c = h.outputs;
@@ -225,6 +233,8 @@ fn kept_fields(ds: &Dataset, keep: &[String]) -> Result<Vec<Field>> {
 /// Options of [`predict`].
 #[derive(Debug, Clone, Default)]
 pub struct PredictOptions {
+    /// The session: storage options, and the inputs no output may replace.
+    pub session: Session,
     /// Columns copied through.
     pub keep: Vec<String>,
     /// Write the scores `f_k(x)` too.
@@ -290,14 +300,14 @@ fn memory_line(ds: &Dataset, opts: &PredictOptions, out_row: usize, scratch: u64
 
 /// Writes predictions for `inputs` to the Parquet file `output`, atomically.
 pub fn predict(model: &Model, inputs: &[PathBuf], output: &Path, opts: &PredictOptions) -> Result<u64> {
-    let ds = open_for(model, inputs, false, &opts.keep)?;
+    let ds = open_for(&opts.session, model, inputs, false, &opts.keep)?;
     let schema = prediction_schema(model, &ds, opts)?;
     if opts.progress {
         let out_row = 8 * (1 + model.header.outputs + score_names(model, opts).len());
         let scratch = crate::scoring::scratch_bytes(&model.pipeline, 0);
         eprintln!("{}", memory_line(&ds, opts, out_row, scratch));
     }
-    let mut out = AtomicFile::create(output)?;
+    let mut out = AtomicFile::create(&opts.session, output)?;
     // Kept columns are counted at 8 bytes: a string column's rows may be longer.
     let props = bounded_writer(8 * schema.fields().len());
     let mut writer = ArrowWriter::try_new(out.take_file(), schema.clone(), Some(props))
@@ -319,7 +329,7 @@ pub fn predict(model: &Model, inputs: &[PathBuf], output: &Path, opts: &PredictO
 /// Predictions for rows in memory or in files, returned as record batches of the
 /// columns `predict` writes (kept columns, `prediction…`, and `score_…` when asked).
 pub fn predict_rows(model: &Model, rows: Rows<'_>, opts: &PredictOptions) -> Result<Vec<RecordBatch>> {
-    let ds = open_rows(model, rows, false, &opts.keep)?;
+    let ds = open_rows(&opts.session, model, rows, false, &opts.keep)?;
     let schema = prediction_schema(model, &ds, opts)?;
     let mut out = Vec::new();
     predict_stream(model, &ds, &schema, opts, &mut |batch| {
@@ -333,13 +343,19 @@ pub fn predict_rows(model: &Model, rows: Rows<'_>, opts: &PredictOptions) -> Res
 /// bindings return as one array. A classifier's are per class
 /// ([`Model::class_scores`]: one column for binary one-vs-all, else one per class, ECOC
 /// included); with `pca`, the PCA features instead.
-pub fn score_rows(model: &Model, rows: Rows<'_>, pca: bool, threads: usize) -> Result<(Vec<f64>, usize)> {
+pub fn score_rows(
+    session: &Session,
+    model: &Model,
+    rows: Rows<'_>,
+    pca: bool,
+    threads: usize,
+) -> Result<(Vec<f64>, usize)> {
     if pca && model.header.projections.is_empty() {
         return Err(
             model.refuse("the model has no PCA projection (it was trained without [pca]); nothing to transform")
         );
     }
-    let ds = open_rows(model, rows, false, &[])?;
+    let ds = open_rows(session, model, rows, false, &[])?;
     let mut out = Vec::new();
     let mut n = 0;
     let (head, projectors) = (model.head(), model.projectors());
@@ -444,7 +460,7 @@ pub fn transform(model: &Model, inputs: &[PathBuf], output: &Path, opts: &Predic
             model.refuse("the model has no PCA projection (it was trained without [pca]); nothing to transform")
         );
     }
-    let ds = open_for(model, inputs, false, &opts.keep)?;
+    let ds = open_for(&opts.session, model, inputs, false, &opts.keep)?;
     // A chunk's features at most OUTPUT_CHUNK_BYTES: the batch owns them until it is
     // written, so each chunk's buffer is a fresh allocation.
     let opts = &PredictOptions {
@@ -462,7 +478,7 @@ pub fn transform(model: &Model, inputs: &[PathBuf], output: &Path, opts: &Predic
     let item = Arc::new(Field::new("item", DataType::Float32, false));
     fields.push(Field::new("pca", DataType::FixedSizeList(item.clone(), e as i32), false));
     let schema = Arc::new(Schema::new(fields));
-    let mut out = AtomicFile::create(output)?;
+    let mut out = AtomicFile::create(&opts.session, output)?;
     let props = bounded_writer(4 * e + 8 * opts.keep.len());
     let mut writer = ArrowWriter::try_new(out.take_file(), schema.clone(), Some(props))
         .map_err(|source| Error::Parquet { location: Location::file(output), source })?;

@@ -3,6 +3,7 @@
 //! candidate and their shifts, and fingerprint what decides the statistics. What the
 //! planner needs of all this is [`Prepared::facts`].
 
+use crate::session::Session;
 use std::ops::Range;
 
 use crate::codes::OutputCode;
@@ -133,16 +134,17 @@ impl Prepared {
 
 /// Opens and checks the inputs, scans the classes, fits the stages and the shift on
 /// the pre-pass sample.
-pub fn prepare(checked: &CheckedPipeline, report: &mut Reporter) -> Result<Prepared> {
+pub fn prepare(session: &Session, checked: &CheckedPipeline, report: &mut Reporter) -> Result<Prepared> {
     let spec = checked.spec();
     if spec.data.train.is_empty() {
         return Err(Error::config(&spec.source, "data.train", "no training files given"));
     }
-    let labeled = Dataset::open(&spec.data.train, checked.columns())?;
+    session.storage().set_options(crate::remote::Layer::Pipeline, &spec.storage)?;
+    let labeled = Dataset::open(session, &spec.data.train, checked.columns())?;
     let unlabeled = if spec.data.unlabeled.is_empty() {
         None
     } else {
-        Some(Dataset::open(&spec.data.unlabeled, checked.feature_only_columns())?)
+        Some(Dataset::open(session, &spec.data.unlabeled, checked.feature_only_columns())?)
     };
     prepare_inputs(checked, labeled, unlabeled, report)
 }
@@ -155,12 +157,13 @@ pub fn prepare_inputs(
     report: &mut Reporter,
 ) -> Result<Prepared> {
     let spec = checked.spec();
+    let session = labeled.session().clone();
     if let Some(u) = &unlabeled {
         same_features(&labeled, u, "unlabeled")?;
     }
     for (files, what) in [(&spec.data.test, "test"), (&spec.data.validation, "validation")] {
         if !files.is_empty() {
-            same_features(&labeled, &Dataset::open(files, checked.labeled_columns())?, what)?;
+            same_features(&labeled, &Dataset::open(&session, files, checked.labeled_columns())?, what)?;
         }
     }
     let labels = labels(checked, &labeled)?;
@@ -253,7 +256,7 @@ fn labels(checked: &CheckedPipeline, labeled: &Dataset) -> Result<Labels> {
         Task::Regression => None,
     };
     let code = match (&classes, &checked.code) {
-        (Some(k), Some(choice)) => Some(output_code(checked, choice, k.len())?),
+        (Some(k), Some(choice)) => Some(output_code(labeled.session(), checked, choice, k.len())?),
         _ => None,
     };
     Ok(Labels { classes, code, features: labeled.features.clone() })
@@ -319,11 +322,16 @@ pub(crate) fn fit_stages(spec: &PipelineSpec, data: &Dataset) -> Result<Vec<Stag
 }
 
 /// The output code of a classification run (`ridge.codes`).
-pub(crate) fn output_code(checked: &CheckedPipeline, choice: &CodeChoice, classes: usize) -> Result<OutputCode> {
+pub(crate) fn output_code(
+    session: &Session,
+    checked: &CheckedPipeline,
+    choice: &CodeChoice,
+    classes: usize,
+) -> Result<OutputCode> {
     match choice {
         CodeChoice::OneVsAll => Ok(OutputCode::OneVsAll { classes }),
         CodeChoice::File(path) => {
-            let bytes = crate::atomic::read_input(path)?;
+            let bytes = crate::atomic::read_input(session, path)?;
             let text = String::from_utf8(bytes).map_err(|_| Error::data(Location::file(path), "not UTF-8 text"))?;
             let code = OutputCode::parse(&text).map_err(|e| Error::data(Location::file(path), e.to_string()))?;
             if code.classes() != classes {

@@ -45,7 +45,7 @@ pub(crate) fn decide_from(
 /// Trains in one process: prepare, plan, every pass over every unit (with checkpoints
 /// and resume as asked), solve.
 pub fn train(checked: &CheckedPipeline, opts: &RunOptions, report: &mut Reporter) -> Result<Model> {
-    let prep = prepare(checked, report)?;
+    let prep = prepare(&opts.session, checked, report)?;
     train_prepared(checked, opts, prep, report)
 }
 
@@ -63,7 +63,7 @@ pub fn train_prepared(
     let asks_dual = matches!(checked.learner, Learner::Ridge { solver: SolvePath::Dual });
     let resumes = !asks_dual
         && match (&opts.checkpoint, opts.resume) {
-            (Some(path), true) => crate::atomic::exists(path)?,
+            (Some(path), true) => crate::atomic::exists(&opts.session, path)?,
             _ => false,
         };
     let resumed_opts;
@@ -88,8 +88,14 @@ pub fn train_prepared(
     let resumed = report.report.resumed.as_ref();
     let on_disk = resumed.is_some_and(|r| r.pass == acc.pass() && r.units_done == units.len());
     let keeper = opts.checkpoint.as_deref().filter(|_| plan.consumes_statistics()).map(|path| {
-        let checkpointer =
-            Checkpointer { path, every: 0, since: 0, fingerprint: &prep.fingerprint, passes: checked.passes() };
+        let checkpointer = Checkpointer {
+            session: &opts.session,
+            path,
+            every: 0,
+            since: 0,
+            fingerprint: &prep.fingerprint,
+            passes: checked.passes(),
+        };
         BeforeSolve::new(checkpointer, acc.pass(), &units, on_disk)
     });
     let solution = {

@@ -4,6 +4,7 @@
 //! sharded two-pass run merges its pass-one parts into a file that every shard's pass
 //! two projects with.
 
+use crate::session::Session;
 use std::path::{Path, PathBuf};
 
 use crate::codes::OutputCode;
@@ -37,13 +38,13 @@ pub fn accumulate_shard(
         return Err(Error::usage("--pass1", "only two-pass pipelines have a pass one"));
     }
     let opts = RunOptions { keep_statistics: true, ..opts.clone() };
-    let prep = prepare(checked, report)?;
+    let prep = prepare(&opts.session, checked, report)?;
     crate::pipeline::checkpoint::check_run_outputs(
         &RunOptions { output: Some(out.to_path_buf()), ..opts.clone() },
         "--output",
     )?;
     let part = accumulate_part(checked, prep, (shard, pass1), &opts, report)?;
-    part.save(out)
+    part.save_with(&opts.session, out)
 }
 
 /// The statistics of every N-th unit of a prepared run; `target` is the shard and, for a
@@ -76,7 +77,7 @@ pub(crate) fn accumulate_part(
             (acc, 1, None)
         }
         (_, Some(path)) => {
-            let (blocks, _, sum) = load_pass1(path, Some(&prep.fingerprint))?;
+            let (blocks, _, sum) = load_pass1(&opts.session, path, Some(&prep.fingerprint))?;
             let bad = |message: String| Error::BadModel { path: path.to_path_buf(), message };
             let mut acc = plan.accumulation_from(blocks, 1).map_err(bad)?;
             acc.end_pass(&mut run.ctx(report, None))?;
@@ -121,6 +122,7 @@ pub enum SolveOutcome {
 /// merge into a file for `accumulate --pass1` (written to `out`), and pass-two parts
 /// solve with that file given as `pass1`.
 pub fn solve_parts(
+    session: &Session,
     checked: &CheckedPipeline,
     parts: &[PathBuf],
     options: (bool, Option<&Path>),
@@ -132,10 +134,10 @@ pub fn solve_parts(
     }
     let mut loaded = Vec::new();
     for path in parts {
-        loaded.push(Statistics::load(path)?);
+        loaded.push(Statistics::load_with(session, path)?);
     }
-    crate::atomic::check_output(out)?;
-    let opts = RunOptions { from_parts: true, stats_on_disk: true, ..RunOptions::default() };
+    crate::atomic::check_output(session, out)?;
+    let opts = RunOptions { session: session.clone(), from_parts: true, stats_on_disk: true, ..RunOptions::default() };
     solve_loaded(checked, loaded, (options.0, options.1, Some(out)), &opts, report)
 }
 
@@ -197,13 +199,13 @@ pub(crate) fn solve_loaded(
         let out = out.ok_or_else(|| {
             Error::config(checked.source(), "parts", "pass-one parts merge into a file: give an output path")
         })?;
-        crate::stats::stats_to_file(out, &named, serde_json::to_value(&meta).unwrap_or_default())?;
+        crate::stats::stats_to_file(&opts.session, out, &named, serde_json::to_value(&meta).unwrap_or_default())?;
         return Ok(SolveOutcome::Pass1Merged);
     }
     if first.pass == 2 {
         let path = pass1
             .ok_or_else(|| Error::usage("--pass1", "pass-two parts solve with the merged pass-one file (--pass1)"))?;
-        let (p1, _, sum) = load_pass1(path, Some(&first.fingerprint))?;
+        let (p1, _, sum) = load_pass1(&opts.session, path, Some(&first.fingerprint))?;
         if let Some(p) = parts.iter().find(|p| p.meta.pass1_checksum.as_deref() != Some(sum.as_str())) {
             return Err(Error::BadModel {
                 path: p.origin.clone(),
@@ -249,7 +251,7 @@ fn solve_blocks(
     // k-fold scoring streams the training rows once more: the pipeline's files.
     let spec = checked.spec();
     let training = match (&plan, spec.data.train.is_empty()) {
-        (Plan::KFold(_), false) => Some(Dataset::open(&spec.data.train, checked.columns())?),
+        (Plan::KFold(_), false) => Some(Dataset::open(&opts.session, &spec.data.train, checked.columns())?),
         _ => None,
     };
     let units: Option<Vec<crate::source::Unit>> = match (&training, covered) {
@@ -267,6 +269,7 @@ fn solve_blocks(
     let maps = [map];
     let solution = {
         let mut ctx = crate::pipeline::solve_ctx::SolveCtx {
+            session: &opts.session,
             checked,
             maps: &maps,
             candidate: 0,

@@ -14,6 +14,8 @@ use crate::stats::GramStats;
 
 /// What a solve works with.
 pub(crate) struct SolveCtx<'a> {
+    /// The run's session (validation files are read through it).
+    pub session: &'a crate::session::Session,
     /// The pipeline (for a candidate, its own).
     pub checked: &'a CheckedPipeline,
     /// Every map of the run (one, or one per candidate).

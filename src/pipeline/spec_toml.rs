@@ -8,15 +8,17 @@ use std::path::Path;
 use super::spec::PipelineSpec;
 use crate::error::{Error, Result};
 use crate::pipeline::spec::{DataSpec, Task};
+use crate::session::Session;
 use crate::sketch::StageSpec;
 
 const TOP_KEYS: &[&str] = &["task", "passes", "data", "stages", "pca", "ridge", "solver", "run", "storage"];
 
 impl PipelineSpec {
-    /// Reads and validates a pipeline file with `--set` overrides (`key=value`).
-    pub fn load(path: &Path, overrides: &[String]) -> Result<PipelineSpec> {
+    /// Reads and validates a pipeline file with `--set` overrides (`key=value`); the file
+    /// is read through `session` (it may be an object) and registered as an input.
+    pub fn load(session: &Session, path: &Path, overrides: &[String]) -> Result<PipelineSpec> {
         let name = path.display().to_string();
-        let bytes = crate::atomic::read_input(path).map_err(|e| match e {
+        let bytes = crate::atomic::read_input(session, path).map_err(|e| match e {
             Error::Data { message, .. } => Error::config(&name, "-", format!("pipeline file: {message}")),
             other => other,
         })?;
@@ -158,7 +160,7 @@ fn storage_options(value: Option<toml::Value>, file: &str) -> Result<Vec<(String
         };
         pairs.push((k, v));
     }
-    crate::remote::set_options(crate::remote::Layer::Pipeline, &pairs).map_err(|e| match e {
+    crate::remote::check_keys(&pairs).map_err(|e| match e {
         Error::Remote { message, .. } => Error::config(file, "storage", message),
         other => other,
     })?;

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 
+use super::Storage;
 use crate::error::{Error, Result};
 
 fn refuse<T>(path: &Path) -> Result<T> {
@@ -23,10 +24,6 @@ fn refuse<T>(path: &Path) -> Result<T> {
 pub enum Object {}
 
 impl Object {
-    /// Refuses: no store in this build.
-    pub fn open(path: &Path) -> Result<Object> {
-        refuse(path)
-    }
     /// Never called: no object exists.
     pub fn url(&self) -> &str {
         match *self {}
@@ -72,22 +69,29 @@ pub fn check_keys(pairs: &[(String, String)]) -> Result<()> {
     }
 }
 
-/// Refuses: no store in this build.
-pub fn exists(path: &Path) -> Result<bool> {
-    refuse(path)
-}
+impl Storage {
+    /// Refuses: no store in this build.
+    pub fn open(&self, path: &Path) -> Result<Object> {
+        refuse(path)
+    }
 
-/// Refuses: no store in this build.
-pub fn glob(pattern: &str) -> Result<Vec<PathBuf>> {
-    refuse(Path::new(pattern))
-}
+    /// Refuses: no store in this build.
+    pub fn exists(&self, path: &Path) -> Result<bool> {
+        refuse(path)
+    }
 
-/// Refuses: no store in this build.
-pub fn delete(path: &Path) -> Result<()> {
-    refuse(path)
-}
+    /// Refuses: no store in this build.
+    pub fn glob(&self, pattern: &str) -> Result<Vec<PathBuf>> {
+        refuse(Path::new(pattern))
+    }
 
-/// Refuses: no store in this build.
-pub fn upload(_: &Path, target: &Path, _: bool) -> Result<()> {
-    refuse(target)
+    /// Refuses: no store in this build.
+    pub fn delete(&self, path: &Path) -> Result<()> {
+        refuse(path)
+    }
+
+    /// Refuses: no store in this build.
+    pub fn upload(&self, _: &Path, target: &Path, _: bool) -> Result<()> {
+        refuse(target)
+    }
 }

@@ -1,6 +1,6 @@
 //! Where a path names an object in a store (`s3://`, `gs://`, `az://`, `abfs://`,
 //! `https://`) rather than a local file: the recognition of such URLs, the storage
-//! options a run was given (environment < pipeline `[storage]` < `--storage-option`),
+//! options a session was given (environment < pipeline `[storage]` < `--storage-option`),
 //! and the store operations the rest of the crate needs — a head, coalesced range reads,
 //! a whole-object download, a prefix listing for globs, and an upload that never
 //! replaces an object. `file://` URLs are local paths and never reach a store.
@@ -19,12 +19,12 @@ pub mod fault;
 #[cfg(feature = "remote")]
 mod store;
 #[cfg(feature = "remote")]
-pub use store::{check_keys, delete, exists, glob, upload, Object, Pending};
+pub use store::{check_keys, Object, Pending};
 
 #[cfg(not(feature = "remote"))]
 mod disabled;
 #[cfg(not(feature = "remote"))]
-pub use disabled::{check_keys, delete, exists, glob, upload, Object, Pending};
+pub use disabled::{check_keys, Object, Pending};
 
 /// The schemes that name an object in a store.
 pub const SCHEMES: &[&str] = &["s3", "s3a", "gs", "az", "azure", "abfs", "abfss", "adl", "http", "https"];
@@ -77,36 +77,81 @@ pub enum Layer {
     CommandLine,
 }
 
-/// Options given to this process, by layer (the environment is read by the stores).
-static OPTIONS: Mutex<Vec<(Layer, String, String)>> = Mutex::new(Vec::new());
+/// A session's storage: the options given to it, by layer (the environment is read by
+/// the stores), and — with the `remote` feature — the store clients made under them, the
+/// runtime that drives their requests, the fetch buffers kept for reuse and the sizes a
+/// listing found. A cheap handle: clones share all of it. Nothing here is process-wide,
+/// so two sessions in one process (two threads, two estimators) never see each other's
+/// options or credentials.
+#[derive(Debug, Clone, Default)]
+pub struct Storage {
+    inner: std::sync::Arc<StorageState>,
+}
 
-/// Sets the storage options of one layer (replacing that layer's earlier ones). Keys are
-/// the `object_store` configuration keys, as polars and delta-rs spell them
-/// (`aws_endpoint`, `aws_region`, `allow_http`, `timeout`, …), plus `max_retries` and
-/// `retry_timeout`. A key no store knows is refused here, before any work.
-pub fn set_options(layer: Layer, pairs: &[(String, String)]) -> Result<()> {
-    check_keys(pairs)?;
-    if let Ok(mut all) = OPTIONS.lock() {
-        all.retain(|(l, _, _)| *l != layer);
-        all.extend(pairs.iter().map(|(k, v)| (layer, k.to_ascii_lowercase(), v.clone())));
-        all.sort_by_key(|(l, _, _)| *l);
-    }
+#[derive(Debug, Default)]
+struct StorageState {
+    options: Mutex<Vec<(Layer, String, String)>>,
     #[cfg(feature = "remote")]
-    store::forget_stores();
-    Ok(())
+    io: store::Io,
 }
 
-/// The options one layer holds.
-pub fn layer_options(layer: Layer) -> Vec<(String, String)> {
-    OPTIONS
-        .lock()
-        .map(|all| all.iter().filter(|(l, _, _)| *l == layer).map(|(_, k, v)| (k.clone(), v.clone())).collect())
-        .unwrap_or_default()
-}
+impl Storage {
+    /// Sets the storage options of one layer (replacing that layer's earlier ones). Keys
+    /// are the `object_store` configuration keys, as polars and delta-rs spell them
+    /// (`aws_endpoint`, `aws_region`, `allow_http`, `timeout`, …), plus `max_retries` and
+    /// `retry_timeout`. A key no store knows is refused here, before any work.
+    pub fn set_options(&self, layer: Layer, pairs: &[(String, String)]) -> Result<()> {
+        check_keys(pairs)?;
+        let mut all = self.inner.options.lock().map_err(|_| Error::bug("the storage options' lock is held"))?;
+        let new: Vec<(Layer, String, String)> =
+            pairs.iter().map(|(k, v)| (layer, k.to_ascii_lowercase(), v.clone())).collect();
+        let old: Vec<&(Layer, String, String)> = all.iter().filter(|(l, _, _)| *l == layer).collect();
+        if old.len() == new.len() && old.iter().zip(&new).all(|(a, b)| *a == b) {
+            return Ok(()); // The same options: the stores made under them still serve.
+        }
+        all.retain(|(l, _, _)| *l != layer);
+        all.extend(new);
+        all.sort_by_key(|(l, _, _)| *l);
+        #[cfg(feature = "remote")]
+        self.inner.io.forget_stores();
+        Ok(())
+    }
 
-/// The options in force, lower layers first (so a later pair overrides an earlier one).
-pub(crate) fn options() -> Vec<(String, String)> {
-    OPTIONS.lock().map(|all| all.iter().map(|(_, k, v)| (k.clone(), v.clone())).collect()).unwrap_or_default()
+    /// The options one layer holds.
+    pub fn layer_options(&self, layer: Layer) -> Vec<(String, String)> {
+        self.inner
+            .options
+            .lock()
+            .map(|all| all.iter().filter(|(l, _, _)| *l == layer).map(|(_, k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default()
+    }
+
+    /// The options in force, lower layers first (so a later pair overrides an earlier one).
+    pub(crate) fn options(&self) -> Vec<(String, String)> {
+        self.inner
+            .options
+            .lock()
+            .map(|all| all.iter().map(|(_, k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default()
+    }
+
+    #[cfg(feature = "remote")]
+    fn io(&self) -> &store::Io {
+        &self.inner.io
+    }
+
+    /// `text` with every secret option value of this storage replaced by `***`, and every
+    /// URL's userinfo and query values too: no credential reaches a log line, an error
+    /// message, a model or a part.
+    pub fn redact(&self, text: &str) -> String {
+        let mut out = redact(text);
+        for (k, v) in self.options() {
+            if is_secret(&k) && v.len() >= 4 {
+                out = out.replace(&v, "***");
+            }
+        }
+        out
+    }
 }
 
 /// Parses `key=value` pairs as the command line and Python give them.
@@ -120,15 +165,11 @@ pub fn parse_pairs(items: &[String], flag: &str) -> Result<Vec<(String, String)>
         .collect()
 }
 
-/// `text` with every secret option value replaced by `***`, and every URL's userinfo and
-/// query values too: no credential reaches a log line, an error message, a model or a part.
+/// `text` with every URL's userinfo and query values replaced by `***`, and the values of
+/// the credential variables in the environment too. [`Storage::redact`] also hides the
+/// secret options a session was given.
 pub fn redact(text: &str) -> String {
     let mut out = crate::identity::redact_urls(text);
-    for (k, v) in options() {
-        if is_secret(&k) && v.len() >= 4 {
-            out = out.replace(&v, "***");
-        }
-    }
     for var in ["AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_SAS_KEY"] {
         if let Ok(v) = std::env::var(var) {
             if v.len() >= 4 {
@@ -167,10 +208,11 @@ mod tests {
     fn secrets_are_redacted_and_pairs_parsed() {
         let pairs = parse_pairs(&["aws_secret_access_key=hunter22".into(), "aws_region=x".into()], "--storage-option")
             .expect("pairs");
-        set_options(Layer::CommandLine, &pairs).expect("known keys");
-        assert!(set_options(Layer::Pipeline, &[("no_such_key".into(), "1".into())]).is_err());
-        assert_eq!(redact("key hunter22 in a message"), "key *** in a message");
+        let storage = Storage::default();
+        storage.set_options(Layer::CommandLine, &pairs).expect("known keys");
+        assert!(storage.set_options(Layer::Pipeline, &[("no_such_key".into(), "1".into())]).is_err());
+        assert_eq!(storage.redact("key hunter22 in a message"), "key *** in a message");
+        assert_eq!(Storage::default().redact("key hunter22"), "key hunter22", "another session's secret");
         assert!(parse_pairs(&["novalue".into()], "--storage-option").is_err());
-        set_options(Layer::CommandLine, &[]).expect("no keys");
     }
 }

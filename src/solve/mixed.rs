@@ -113,7 +113,11 @@ fn spilled(
         Some(kept) => kept,
         None => {
             _remove = Some(Spilled(spill));
-            stats_to_file(spill, &[(SPILLED, &*stats)], serde_json::json!({ "kind": "spilled Gram" }))?;
+            // A scratch file of this solve, beside the run's checkpoint: the run checked its
+            // path against the run's inputs and outputs before the pass (see
+            // `pipeline::check_run_outputs`); the write still refuses a file it did not make.
+            let scratch = crate::session::Session::new();
+            stats_to_file(&scratch, spill, &[(SPILLED, &*stats)], serde_json::json!({ "kind": "spilled Gram" }))?;
             KeptAt { path: spill.to_path_buf(), block: SPILLED.into() }
         }
     };
@@ -397,7 +401,8 @@ mod tests {
         let keep_to = |damage: bool| {
             let (path, other) = (kept_at.clone(), &other);
             move |s: &GramStats| {
-                stats_to_file(&path, &[("other", other), ("labeled", s)], serde_json::json!({})).unwrap();
+                let blocks = [("other", other), ("labeled", s)];
+                stats_to_file(&crate::session::Session::new(), &path, &blocks, serde_json::json!({})).unwrap();
                 if damage {
                     let mut bytes = std::fs::read(&path).unwrap();
                     let n = bytes.len();

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{describe_columns, is_glob, is_numeric, Backing, InputFile};
 use crate::error::{Error, Location, Result};
+use crate::session::Session;
 
 /// How the feature vector is stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -48,7 +49,7 @@ pub struct ResolvedFeatures {
     pub dim: usize,
 }
 
-pub(super) fn resolve_features(first: &InputFile, spec: &ColumnSpec) -> Result<ResolvedFeatures> {
+pub(super) fn resolve_features(session: &Session, first: &InputFile, spec: &ColumnSpec) -> Result<ResolvedFeatures> {
     let schema = first.schema();
     match &spec.features {
         FeatureColumns::Columns(patterns) => {
@@ -140,7 +141,7 @@ pub(super) fn resolve_features(first: &InputFile, spec: &ColumnSpec) -> Result<R
             }
             let dim = match fixed {
                 Some(n) => n,
-                None => first_list_len(first, name)?,
+                None => first_list_len(session, first, name)?,
             };
             if dim == 0 {
                 return Err(Error::data(loc, "the feature lists are empty"));
@@ -155,7 +156,7 @@ pub(super) fn column_indices(schema: &Schema, names: &[&str]) -> Vec<usize> {
     schema.fields().iter().enumerate().filter(|(_, f)| names.contains(&f.name().as_str())).map(|(i, _)| i).collect()
 }
 
-pub(super) fn first_list_len(file: &InputFile, name: &str) -> Result<usize> {
+pub(super) fn first_list_len(session: &Session, file: &InputFile, name: &str) -> Result<usize> {
     let loc = file.location().row_group(0).column(name);
     let idx = file.schema().fields().iter().position(|f| f.name() == name).unwrap_or(0);
     let batch = match &file.backing {
@@ -172,7 +173,7 @@ pub(super) fn first_list_len(file: &InputFile, name: &str) -> Result<usize> {
                 .map_err(|e| Error::Parquet { location: loc.clone(), source: e.into() })?
         }
         Backing::Parquet(meta) => {
-            let handle = crate::atomic::open_input(&file.path)?;
+            let handle = crate::atomic::open_input(session, &file.path)?;
             let mut reader = ParquetRecordBatchReaderBuilder::new_with_metadata(handle, meta.clone())
                 .with_projection(ProjectionMask::roots(meta.parquet_schema(), [idx]))
                 .with_batch_size(1)

@@ -12,6 +12,7 @@ use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 
 use super::{remote, Backing, InputFile};
 use crate::error::{Error, Location, Result};
+use crate::session::Session;
 
 /// How footers are read: the column, page-encoding and size statistics are never used
 /// here, so they are not decoded. Besides saving the time on wide files, this reads files
@@ -32,13 +33,13 @@ const OPENERS: usize = 8;
 /// costs a head and a footer request, which would otherwise wait on each other), the
 /// first alone so the others' footer requests can be sized by it; the first failure in
 /// path order is the one reported.
-pub(super) fn open_files(paths: &[PathBuf]) -> Result<Vec<InputFile>> {
+pub(super) fn open_files(session: &Session, paths: &[PathBuf]) -> Result<Vec<InputFile>> {
     let Some((first, rest)) = paths.split_first() else { return Ok(Vec::new()) };
-    let (file, tail) = open_file(first, remote::TAIL)?;
+    let (file, tail) = open_file(session, first, remote::TAIL)?;
     let mut files = vec![file];
     if !rest.iter().any(|p| crate::remote::is_remote(p)) {
         for p in rest {
-            files.push(open_file(p, tail)?.0);
+            files.push(open_file(session, p, tail)?.0);
         }
         return Ok(files);
     }
@@ -49,7 +50,7 @@ pub(super) fn open_files(paths: &[PathBuf]) -> Result<Vec<InputFile>> {
             scope.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let (Some(path), Some(slot)) = (rest.get(i), slots.get(i)) else { break };
-                let opened = open_file(path, tail).map(|(f, _)| f);
+                let opened = open_file(session, path, tail).map(|(f, _)| f);
                 if let Ok(mut s) = slot.lock() {
                     *s = Some(opened);
                 }
@@ -65,14 +66,14 @@ pub(super) fn open_files(paths: &[PathBuf]) -> Result<Vec<InputFile>> {
 
 /// Opens one file; for an object, its footer request asks for `tail` bytes, and the
 /// tail its footer needed comes back beside it (`tail` for a local file).
-fn open_file(path: &Path, tail: u64) -> Result<(InputFile, u64)> {
+fn open_file(session: &Session, path: &Path, tail: u64) -> Result<(InputFile, u64)> {
     if crate::remote::is_remote(path) {
-        let (meta, object, fits) = remote::open(path, tail)?;
-        crate::atomic::register_input(path);
+        let (meta, object, fits) = remote::open(session, path, tail)?;
+        crate::atomic::register_input(session, path);
         let meta = with_row_group_count(meta, path)?;
         return Ok((InputFile { path: path.to_path_buf(), backing: Backing::Remote(meta, object) }, fits));
     }
-    let file = crate::atomic::open_input(path)?;
+    let file = crate::atomic::open_input(session, path)?;
     let meta = ArrowReaderMetadata::load(&file, reader_options()).map_err(|source| {
         // A footer field whose thrift type differs from the one the spec gives it, outside
         // the statistics this reader skips, fails its strict decoder although other

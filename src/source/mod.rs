@@ -18,6 +18,7 @@ use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ParquetRecordBatchReader
 use parquet::arrow::ProjectionMask;
 
 use crate::error::{Error, Location, Result};
+use crate::session::Session;
 
 mod columns;
 mod folds;
@@ -97,6 +98,8 @@ pub struct Dataset {
     /// Row groups of files in an object store being fetched ahead of their reading
     /// ([`Dataset::prefetch`]), at most [`PREFETCH_UNITS`].
     prefetched: std::sync::Arc<std::sync::Mutex<Vec<remote::Prefetch>>>,
+    /// The session whose files these are (local files are reopened through it).
+    session: Session,
 }
 
 /// Row groups of a remote file fetched ahead of the one being decoded.
@@ -108,14 +111,14 @@ pub(super) fn is_glob(s: &str) -> bool {
 
 /// Expands paths and globs (each glob sorted); a glob that matches nothing is an error.
 /// A URL's glob lists its prefix in the object store; `file://` URLs are local paths.
-pub fn expand_paths(patterns: &[PathBuf]) -> Result<Vec<PathBuf>> {
+pub fn expand_paths(session: &Session, patterns: &[PathBuf]) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for p in patterns {
         crate::remote::check_scheme(p)?;
         if crate::remote::is_remote(p) {
             let s = p.to_string_lossy();
             if is_glob(&s) {
-                out.extend(crate::remote::glob(&s)?);
+                out.extend(session.storage().glob(&s)?);
             } else {
                 out.push(p.clone());
             }
@@ -149,6 +152,11 @@ pub(super) fn describe_columns(schema: &Schema) -> String {
 }
 
 impl Dataset {
+    /// The session the files were opened in (batches in memory: a fresh one).
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
     /// The identities of the files, in order (see [`InputFile::identity`]).
     pub fn identity(&self) -> Vec<String> {
         self.files.iter().map(InputFile::identity).collect()
@@ -156,13 +164,14 @@ impl Dataset {
 
     /// Opens every file, resolves the columns on the first and checks every other file
     /// against it. Reads footers only (and one row for a `List` column's length).
-    pub fn open(paths: &[PathBuf], spec: ColumnSpec) -> Result<Dataset> {
-        let paths = expand_paths(paths)?;
+    /// Every file is registered in `session` as an input of its run.
+    pub fn open(session: &Session, paths: &[PathBuf], spec: ColumnSpec) -> Result<Dataset> {
+        let paths = expand_paths(session, paths)?;
         if paths.is_empty() {
             return Err(Error::config("input", "files", "no input files given"));
         }
-        let files = open_files(&paths)?;
-        Dataset::from_inputs(files, spec)
+        let files = open_files(session, &paths)?;
+        Dataset::from_inputs(session, files, spec)
     }
 
     /// Arrow record batches held in memory, checked like files: `name` stands for the
@@ -182,17 +191,17 @@ impl Dataset {
         }
         let input =
             InputFile { path: PathBuf::from(name), backing: Backing::Memory { schema, batches: batches.into() } };
-        Dataset::from_inputs(vec![input], spec)
+        Dataset::from_inputs(&Session::new(), vec![input], spec)
     }
 
-    fn from_inputs(files: Vec<InputFile>, spec: ColumnSpec) -> Result<Dataset> {
+    fn from_inputs(session: &Session, files: Vec<InputFile>, spec: ColumnSpec) -> Result<Dataset> {
         for f in &files {
             if f.rows() == 0 {
                 return Err(Error::data(f.location(), "the file has no rows; remove it from the inputs"));
             }
         }
         let first = &files[0];
-        let features = resolve_features(first, &spec)?;
+        let features = resolve_features(session, first, &spec)?;
         // Columns are read by name: a name that appears twice would read one column twice.
         let used = features.columns.iter().chain(&spec.label).chain(&spec.targets).chain(&spec.keep);
         for name in used {
@@ -264,7 +273,14 @@ impl Dataset {
                 }
             }
         }
-        Ok(Dataset { files, spec, features, spare: Default::default(), prefetched: Default::default() })
+        Ok(Dataset {
+            files,
+            spec,
+            features,
+            spare: Default::default(),
+            prefetched: Default::default(),
+            session: session.clone(),
+        })
     }
 
     /// Every (file, row group) in order.
@@ -327,7 +343,7 @@ impl Dataset {
                 return Ok(Box::new((0..n).step_by(step).map(move |at| Ok(batch.slice(at, step.min(n - at))))));
             }
         };
-        let handle = crate::atomic::open_input(&file.path)?;
+        let handle = crate::atomic::open_input(&self.session, &file.path)?;
         let mask = ProjectionMask::roots(meta.parquet_schema(), column_indices(file.schema(), names));
         let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(handle, meta.clone())
             .with_projection(mask)

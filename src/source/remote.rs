@@ -20,6 +20,7 @@ use parquet::DecodeResult;
 
 use crate::error::{Error, Location, Result};
 use crate::remote::{Object, Pending};
+use crate::session::Session;
 
 /// The footer bytes asked for first when nothing better is known.
 pub(super) const TAIL: u64 = 64 << 10;
@@ -28,8 +29,8 @@ pub(super) const TAIL: u64 = 64 << 10;
 /// `tail` bytes. Also returns the tail that would have held this footer whole: files of
 /// one glob share a schema, so their footers are about one size, and a 784-column footer
 /// (~660 KB) would cost every file two requests at the default.
-pub(super) fn open(path: &Path, tail: u64) -> Result<(ArrowReaderMetadata, Arc<Object>, u64)> {
-    let object = Object::open(path)?;
+pub(super) fn open(session: &Session, path: &Path, tail: u64) -> Result<(ArrowReaderMetadata, Arc<Object>, u64)> {
+    let object = session.storage().open(path)?;
     let size = object.size();
     let loc = || Location::file(path);
     let parquet = |source: ParquetError| Error::Parquet { location: loc(), source };

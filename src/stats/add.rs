@@ -4,7 +4,7 @@
 
 use faer::{Accum, MatMut, MatRef, Par};
 
-use super::{GramStats, Precision, GEMM_NANOS};
+use super::{GramStats, Precision};
 use crate::error::{Error, Result};
 
 /// Rows widened to f64 at a time: bounds the f64 copy of a chunk to `ROW_BLOCK × D`.
@@ -36,6 +36,16 @@ pub struct Blocks {
     f32s: Vec<f32>,
     wides: Vec<Vec<f64>>,
     bigs: Vec<f32>,
+    /// Wall time of the Gram's tile products made through these buffers (for the pass's
+    /// time split).
+    gemm_nanos: u64,
+}
+
+impl Blocks {
+    /// Seconds spent in the Gram's tile products through these buffers.
+    pub fn gemm_seconds(&self) -> f64 {
+        self.gemm_nanos as f64 * 1e-9
+    }
 }
 
 /// `buf[..len]`, grown (never shrunk) to hold it.
@@ -117,7 +127,7 @@ impl GramStats {
             });
             let t = std::time::Instant::now();
             self.gram.syrk_cols(&zc[..nb * dim], nb, threads);
-            GEMM_NANOS.fetch_add(t.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
+            blocks.gemm_nanos += t.elapsed().as_nanos() as u64;
         }
     }
 
@@ -194,7 +204,7 @@ impl GramStats {
             } else {
                 self.gram.syrk_f32_cols(&z32[..nb * dim], nb, threads);
             }
-            GEMM_NANOS.fetch_add(t.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
+            blocks.gemm_nanos += t.elapsed().as_nanos() as u64;
         }
     }
 }

@@ -61,8 +61,13 @@ pub fn stats_to_bytes(blocks: &[(&str, &GramStats)], meta: serde_json::Value) ->
 /// Writes a statistics file (the same container [`stats_to_bytes`] builds) straight from
 /// the statistics, a block at a time: no copy of the Gram is made, and the file is read
 /// back the same way before it is renamed into place.
-pub fn stats_to_file(path: &std::path::Path, blocks: &[(&str, &GramStats)], meta: serde_json::Value) -> Result<()> {
-    crate::container::write_f64(path, &stats_header(blocks, meta), stats_arrays(blocks)?)
+pub fn stats_to_file(
+    session: &crate::session::Session,
+    path: &std::path::Path,
+    blocks: &[(&str, &GramStats)],
+    meta: serde_json::Value,
+) -> Result<()> {
+    crate::container::write_f64(session, path, &stats_header(blocks, meta), stats_arrays(blocks)?)
 }
 
 /// The arrays of a statistics file; a non-finite sum (the features overflowed them) is
@@ -234,6 +239,7 @@ fn stats_blocks(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::session::Session;
 
     fn data(rows: usize, dim: usize, c: usize) -> (Vec<f32>, Vec<f64>) {
         let mut r = crate::rng::StageRng::new(3, 9);
@@ -252,7 +258,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("p.stats");
         let meta = serde_json::json!({ "kind": "test" });
-        stats_to_file(&path, &[("labeled", &st)], meta.clone()).unwrap();
+        stats_to_file(&Session::new(), &path, &[("labeled", &st)], meta.clone()).unwrap();
         let open = || std::fs::File::open(&path).unwrap();
         let (blocks, back_meta) = stats_from_file(open()).unwrap();
         assert_eq!((blocks[0].1.clone(), back_meta.clone()), (st.clone(), meta.clone()));
@@ -289,8 +295,8 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("sketchfit-tiles-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("g.stats");
-        stats_to_file(&path, &[("other", &GramStats::new(vec![0.0; 3], 0)), ("g", &st)], serde_json::json!({}))
-            .unwrap();
+        let blocks = [("other", &GramStats::new(vec![0.0; 3], 0)), ("g", &st)];
+        stats_to_file(&Session::new(), &path, &blocks, serde_json::json!({})).unwrap();
         let mut seen = Vec::new();
         gram_tiles_from_file(&path, "g", dim, |i, j, t| seen.push((i, j, t.to_vec()))).unwrap();
         let want: Vec<_> = st.gram.tiles().into_iter().map(|(i, j, t)| (i, j, t.to_vec())).collect();

@@ -25,14 +25,6 @@ pub use tri_factor::{backward_tiles, factor_tiles, forward_tiles, solve_tiles, S
 
 use add::{FALLBACK_ROWS, GROUP, ROW_BLOCK, ROW_BLOCK_F32};
 
-static GEMM_NANOS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// Seconds this process has spent in the Gram's tile products (wall time of the
-/// multi-threaded update), for the pass's time split.
-pub fn gemm_seconds() -> f64 {
-    GEMM_NANOS.load(std::sync::atomic::Ordering::Relaxed) as f64 * 1e-9
-}
-
 /// The precision of the Gram products (`run.gram`). Sums are f64 either way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -132,11 +132,11 @@ fn few_rows_train_in_the_dual_and_give_the_primal_model() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "fault-injection"),
+    ignore = "needs the fault-injection hooks: cargo test --features fault-injection (scripts/test.sh)"
+)]
 fn a_resume_in_the_dual_over_a_statistics_checkpoint_is_refused_before_the_pass() {
-    if !cfg!(debug_assertions) {
-        eprintln!("skipped: the fault-injection hook is compiled out of release builds");
-        return;
-    }
     let dir = TempDir::new("dual-resume");
     four_columns(&dir.path("t.parquet"), 300, None, 0);
     let text = "[data]\ntrain = [\"t.parquet\"]\nfeatures = [\"x*\"]\nlabel = \"label\"\n\n[[stages]]\nkind = \"rff\"\ndim = 1024\nsigma = 1.0\n\n[ridge]\nlambda = 0.1\nsolver = \"cholesky\"\n";

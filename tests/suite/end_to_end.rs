@@ -228,7 +228,12 @@ fn save_load_predict_gives_identical_scores_for_every_stage_kind() {
             sketchfit::pipeline::run::train(&spec, &Default::default(), &mut sketchfit::pipeline::Reporter::silent())
                 .unwrap();
         let loaded = sketchfit::model::Model::from_bytes(&model.to_bytes().unwrap()).unwrap();
-        let ds = sketchfit::source::Dataset::open(&[repo("data/digits_test.parquet").into()], spec.columns()).unwrap();
+        let ds = sketchfit::source::Dataset::open(
+            &sketchfit::Session::new(),
+            &[repo("data/digits_test.parquet").into()],
+            spec.columns(),
+        )
+        .unwrap();
         let (mut z, mut n, mut right) = (Vec::new(), 0, 0);
         for u in ds.units() {
             ds.read_unit(u, 100, &mut |ch| {

@@ -28,6 +28,7 @@ mod planner;
 mod property;
 mod resume;
 mod scoring;
+mod session;
 mod sparse_solvers;
 mod streaming_vs_dense;
 mod tensor_sketch_stats;

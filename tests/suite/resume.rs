@@ -34,13 +34,11 @@ fn killed_in_solve(p: &str, model: &std::path::Path, resume: bool) -> std::proce
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "fault-injection"),
+    ignore = "needs the fault-injection hooks: cargo test --features fault-injection (scripts/test.sh)"
+)]
 fn killed_runs_resume_to_the_same_model_in_one_and_two_pass_mode() {
-    if !cfg!(debug_assertions) {
-        // The abort hook exists only with debug assertions (the profile `cargo test`
-        // builds); release builds are covered by the real-SIGKILL test below.
-        eprintln!("skipped: the fault-injection hook is compiled out of release builds");
-        return;
-    }
     let dir = TempDir::new("resume");
     write_data(&dir.path("train.parquet"), 2000, 200, 2);
     for (name, body, kills) in [
@@ -135,11 +133,11 @@ fn in_place_pipeline(dir: &TempDir) -> String {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "fault-injection"),
+    ignore = "needs the fault-injection hooks: cargo test --features fault-injection (scripts/test.sh)"
+)]
 fn a_kill_inside_an_in_place_factorisation_resumes_from_the_state_it_wrote_first() {
-    if !cfg!(debug_assertions) {
-        eprintln!("skipped: the fault-injection hook is compiled out of release builds");
-        return;
-    }
     // (About 19 chunks: the default checkpoint interval, 256, writes none during the pass.)
     // D = 4096 in 110 MiB: the Gram (68 MiB) and a copy do not fit together, so the
     // Cholesky factors the statistics' own Gram, and the run hands them to its checkpoint
@@ -185,11 +183,11 @@ fn a_kill_inside_an_in_place_factorisation_resumes_from_the_state_it_wrote_first
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "fault-injection"),
+    ignore = "needs the fault-injection hooks: cargo test --features fault-injection (scripts/test.sh)"
+)]
 fn a_refit_in_place_keeps_the_pass_without_the_held_out_rows() {
-    if !cfg!(debug_assertions) {
-        eprintln!("skipped: the fault-injection hook is compiled out of release builds");
-        return;
-    }
     // λ by validation rows, then the refit at that λ on training ∪ validation: at
     // D = 8192 its copy (277 MB) passes what a solve copies when the statistics are on
     // disk, so it merges the validation rows into the pass's statistics and factors them
@@ -222,11 +220,11 @@ fn a_refit_in_place_keeps_the_pass_without_the_held_out_rows() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "fault-injection"),
+    ignore = "needs the fault-injection hooks: cargo test --features fault-injection (scripts/test.sh)"
+)]
 fn auto_resumes_on_the_statistics_its_checkpoint_holds() {
-    if !cfg!(debug_assertions) {
-        eprintln!("skipped: the fault-injection hook is compiled out of release builds");
-        return;
-    }
     // 1,200 rows at D = 4096: a fresh run under `auto` keeps its rows for the dual
     // (n ≤ D/2). A run killed inside its Cholesky left statistics; auto is a choice and the
     // checkpoint a fact, so `--resume` under auto solves them, to the Cholesky's weights.

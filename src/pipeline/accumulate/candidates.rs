@@ -107,6 +107,7 @@ impl Accumulation for CandidateRun {
         for (i, (inner, checked)) in self.inner.into_iter().zip(&set.pipelines).enumerate() {
             let solution = ctx.report.prefixed(format!("candidate {i}: "), |report| {
                 let mut own = SolveCtx {
+                    session: ctx.session,
                     checked,
                     maps: ctx.maps,
                     candidate: i,

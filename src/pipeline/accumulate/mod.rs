@@ -69,6 +69,11 @@ impl PassEnv {
         PassEnv { threads, gram, seed, blocks: Default::default() }
     }
 
+    /// Seconds the pass has spent in the Gram's tile products so far.
+    pub(crate) fn gemm_seconds(&self) -> f64 {
+        self.blocks.lock().map_or(0.0, |b| b.gemm_seconds())
+    }
+
     /// Adds rows to `stats` at the pass's threads and precision, in its block buffers.
     pub(crate) fn add(&self, stats: &mut GramStats, z: &[f32], y: &[f64], rows: usize) -> Result<()> {
         let mut blocks = self.blocks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);

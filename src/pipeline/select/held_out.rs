@@ -101,7 +101,7 @@ fn score_sets(
     mut refit: Option<&mut GramStats>,
 ) -> Result<SetScores> {
     let spec = ctx.checked.spec();
-    let ds = Dataset::open(&spec.data.validation, ctx.checked.labeled_columns())?;
+    let ds = Dataset::open(ctx.session, &spec.data.validation, ctx.checked.labeled_columns())?;
     let map = &ctx.map().pipeline;
     let (c, dim) = (space.ymean.len(), map.output_dim());
     let label = spec.data.label.clone().unwrap_or_default();
