@@ -50,6 +50,7 @@ pub mod codes;
 pub mod container;
 pub mod error;
 pub mod identity;
+pub mod maps;
 pub mod metrics;
 pub mod plot;
 pub mod remote;

@@ -12,7 +12,7 @@ use crate::container::{ContainerError, Dtype};
 use crate::error::{Error, Result};
 use crate::scoring::{Head, Projector, Scorer};
 use crate::session::Session;
-use crate::sketch::{FeaturePipeline, ParamArray, ParamData, Stage, StageSpec};
+use crate::sketch::{FeaturePipeline, StageSpec};
 use crate::solve::GcvCurve;
 use crate::source::{Classes, ResolvedFeatures};
 
@@ -357,16 +357,7 @@ impl Model {
                 f64_bytes(&p.eigenvalues),
             ));
         }
-        for (i, stage) in self.pipeline.stages().iter().enumerate() {
-            for p in stage.params() {
-                let (dtype, bytes) = match &p.data {
-                    ParamData::U32(v) => (Dtype::U32, v.iter().flat_map(|x| x.to_le_bytes()).collect()),
-                    ParamData::I8(v) => (Dtype::I8, v.iter().map(|&x| x as u8).collect()),
-                    ParamData::F32(v) => (Dtype::F32, v.iter().flat_map(|x| x.to_le_bytes()).collect()),
-                };
-                out.push((format!("stage{i}.{}", p.name), dtype, p.shape, bytes));
-            }
-        }
+        out.extend(crate::maps::stage_arrays(&self.pipeline).into_iter().map(|a| (a.name, a.dtype, a.shape, a.bytes)));
         out.sort_by(|a, b| a.0.cmp(&b.0));
         out
     }
@@ -424,7 +415,6 @@ impl Model {
     pub fn from_bytes(bytes: &[u8]) -> std::result::Result<Model, ContainerError> {
         let file = crate::container::decode::<ModelHeader>(bytes)?;
         let header = file.header.clone();
-        let names = file.names();
         let (dim, c, d) = (header.dim, header.outputs, header.features.dim);
         let get_f64 = |name: &str, len: usize| file.f64(name, len);
         let bad = ContainerError::Inconsistent;
@@ -433,26 +423,7 @@ impl Model {
         let mean = get_f64("mean", dim)?;
         let ev_len = file.len_of("eigenvalues");
         let eigenvalues = get_f64("eigenvalues", ev_len)?;
-        let mut stages = Vec::new();
-        for (i, spec) in header.stages.iter().enumerate() {
-            let prefix = format!("stage{i}.");
-            let mut params = Vec::new();
-            for n in names.iter().filter(|n| n.starts_with(&prefix)) {
-                let (dtype, shape, data) = file.array(n)?;
-                let data = match dtype {
-                    Dtype::U32 => ParamData::U32(
-                        data.chunks_exact(4).map(|b| u32::from_le_bytes(std::array::from_fn(|i| b[i]))).collect(),
-                    ),
-                    Dtype::I8 => ParamData::I8(data.iter().map(|&b| b as i8).collect()),
-                    Dtype::F32 => ParamData::F32(
-                        data.chunks_exact(4).map(|b| f32::from_le_bytes(std::array::from_fn(|i| b[i]))).collect(),
-                    ),
-                    other => return Err(bad(format!("array '{n}' has unsupported type {other:?}"))),
-                };
-                params.push(ParamArray { name: n[prefix.len()..].to_string(), shape, data });
-            }
-            stages.push(Stage::from_params(spec, d, &params).map_err(|e| bad(format!("stage {i}: {e}")))?);
-        }
+        let stages = crate::maps::stages_from(&file, &header.stages, d)?;
         let mut projections = Vec::new();
         for (i, info) in header.projections.iter().enumerate() {
             if info.start > info.end || info.end > dim {

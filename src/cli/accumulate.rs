@@ -28,6 +28,13 @@ pub struct Args {
     /// Continue from this shard's checkpoint (OUTPUT.ckpt).
     #[arg(long)]
     resume: bool,
+    /// Fitted maps (from `fit-maps`) to use instead of the pre-pass: the part then merges
+    /// with every part of these maps, whatever data it read.
+    #[arg(long, value_name = "MAPS")]
+    maps: Option<PathBuf>,
+    /// The inputs (paths or globs), instead of the pipeline's data.train.
+    #[arg(short, long = "input", value_name = "FILE", num_args = 1..)]
+    input: Vec<PathBuf>,
     /// Two-pass pipelines: run pass two, projecting with this merged pass-one file
     /// (from `solve` on the pass-one parts). Without it a two-pass shard runs pass one.
     #[arg(long)]
@@ -39,7 +46,10 @@ pub fn run(session: &Session, a: Args) -> Result<()> {
     if let Some(t) = a.threads {
         set.push(format!("run.threads={t}"));
     }
-    let spec = super::load_pipeline(session, &a.pipeline, &set)?;
+    let mut spec = super::load_pipeline(session, &a.pipeline, &set)?;
+    if !a.input.is_empty() {
+        spec.data.train = a.input.clone();
+    }
     let checked = spec.check()?;
     let shard = parse_shard(&a.shard)?;
     let checkpoint = (spec.run.checkpoint_every > 0).then(|| super::checkpoint_for(&a.output));
@@ -49,10 +59,11 @@ pub fn run(session: &Session, a: Args) -> Result<()> {
         checkpoint: checkpoint.clone(),
         resume: a.resume,
         output: Some(a.output.clone()),
+        maps: a.maps.clone(),
         ..RunOptions::default()
     };
     super::register_inputs(session, &spec);
-    if let Some(p) = &a.pass1 {
+    for p in a.pass1.iter().chain(&a.maps) {
         sketchfit::atomic::register_input(session, p);
     }
     sketchfit::pipeline::check_run_outputs(&opts, "--output")?;
@@ -65,5 +76,10 @@ pub fn run(session: &Session, a: Args) -> Result<()> {
         // Only a checkpoint this run wrote or resumed from: the output check refused any other.
         let _ = sketchfit::atomic::remove_own(session, c);
     }
-    super::print_out(&format!("shard {}/{} statistics written to {}\n", shard.0, shard.1, a.output.display()))
+    match &a.maps {
+        Some(_) => super::print_out(&format!("statistics written to {}\n", a.output.display())),
+        None => {
+            super::print_out(&format!("shard {}/{} statistics written to {}\n", shard.0, shard.1, a.output.display()))
+        }
+    }
 }

@@ -4,6 +4,7 @@
 mod accumulate;
 mod embed;
 mod evaluate;
+mod fit_maps;
 mod inspect;
 mod kernel_error;
 mod mmd;
@@ -37,6 +38,9 @@ pub struct Cli {
 enum Command {
     /// Train a model from a pipeline file.
     Train(train::Args),
+    /// Fit a pipeline's maps on its training data (its pre-pass) and write them to a file
+    /// that train and accumulate take with --maps.
+    FitMaps(fit_maps::Args),
     /// Write predictions for Parquet files.
     Predict(predict::Args),
     /// Score a model on labeled Parquet files.
@@ -95,6 +99,7 @@ fn fail(session: &Session, e: &Error) -> ExitCode {
 fn run(session: &Session, command: Command) -> Result<(), Error> {
     match command {
         Command::Train(a) => train::run(session, a),
+        Command::FitMaps(a) => fit_maps::run(session, a),
         Command::Predict(a) => predict::run(session, a),
         Command::Evaluate(a) => evaluate::run(session, a),
         Command::Inspect(a) => inspect::run(session, a),

@@ -28,6 +28,10 @@ pub struct Args {
     /// Two-pass pipelines: the merged pass-one file the pass-two parts projected with.
     #[arg(long)]
     pass1: Option<PathBuf>,
+    /// The maps file the parts were accumulated with; it holds what the parts do not,
+    /// such as Nyström's landmarks.
+    #[arg(long, value_name = "MAPS")]
+    maps: Option<PathBuf>,
     /// Also write what the solve reported (plan, memory, solve, λ, warnings) as JSON.
     #[arg(long, value_name = "REPORT.json")]
     report: Option<PathBuf>,
@@ -37,16 +41,21 @@ pub fn run(session: &Session, a: Args) -> Result<()> {
     let spec = super::load_pipeline(session, &a.pipeline, &a.set)?;
     let checked = spec.check()?;
     let quiet = a.quiet;
-    for p in a.parts.iter().chain(&a.pass1) {
+    for p in a.parts.iter().chain(&a.pass1).chain(&a.maps) {
         sketchfit::atomic::register_input(session, p);
     }
     let mut outputs: Vec<(&str, &std::path::Path)> = vec![("--output", &a.output)];
     outputs.extend(a.report.as_deref().map(|r| ("--report", r)));
     sketchfit::atomic::check_outputs(session, &outputs, None)?;
     let mut reporter = super::reporter(session, quiet);
+    let opts = sketchfit::pipeline::RunOptions {
+        session: session.clone(),
+        maps: a.maps.clone(),
+        ..sketchfit::pipeline::RunOptions::default()
+    };
     // The parts are the statistics on disk: a large fixed-λ solve may consume them.
     let outcome =
-        solve_parts(session, &checked, &a.parts, (a.allow_partial, a.pass1.as_deref()), &a.output, &mut reporter)?;
+        solve_parts(&checked, &a.parts, (a.allow_partial, a.pass1.as_deref()), &a.output, &opts, &mut reporter)?;
     super::write_report(session, a.report.as_deref(), &reporter.report)?;
     let model = match outcome {
         SolveOutcome::Model(m) => *m,

@@ -25,6 +25,9 @@ pub struct Args {
     /// Continue from the checkpoint (run.checkpoint, default MODEL.ckpt) of an interrupted run.
     #[arg(long)]
     resume: bool,
+    /// Fitted maps (from `fit-maps`) to use instead of the pre-pass.
+    #[arg(long, value_name = "MAPS")]
+    maps: Option<PathBuf>,
     /// Also write what the run reported (plan, memory, passes, solve, λ, warnings) as JSON.
     #[arg(long, value_name = "REPORT.json")]
     report: Option<PathBuf>,
@@ -48,11 +51,15 @@ pub fn run(session: &Session, a: Args) -> Result<()> {
         resume: a.resume,
         output: Some(a.output.clone()),
         report: a.report.clone(),
+        maps: a.maps.clone(),
         ..RunOptions::default()
     };
     // Every input (test files are read after training) is registered and every output
     // checked against them and each other now, before the pre-pass reads a row.
     super::register_inputs(session, &spec);
+    if let Some(m) = &a.maps {
+        sketchfit::atomic::register_input(session, m);
+    }
     sketchfit::pipeline::check_run_outputs(&opts, "--output")?;
     if let Some(c) = &checkpoint {
         // Rewritten as the pass goes: the one output this run may replace.

@@ -70,6 +70,7 @@ impl Statistics {
             c,
             fingerprint: self.meta.fingerprint.clone(),
             work,
+            maps_digest: None,
         };
         let opts = RunOptions { keep_statistics: true, ..RunOptions::default() };
         let mut report = Reporter::silent();

@@ -21,6 +21,7 @@ mod candidate_spec;
 mod candidates;
 pub mod check;
 mod checkpoint;
+mod fit_maps;
 mod incremental;
 pub mod kernel_error;
 mod keys;
@@ -44,6 +45,7 @@ pub mod stream;
 
 pub use check::CheckedPipeline;
 pub use checkpoint::check_run_outputs;
+pub use fit_maps::fit_maps;
 pub use parts::{parse_shard, FileKind, Statistics};
 pub use plan::{Plan, RunOptions};
 pub(crate) use prepare::fit_stages;

@@ -63,6 +63,14 @@ pub(crate) struct PartMeta {
     /// Other shards of the same run merged into this part (see `Statistics::merge`).
     #[serde(default)]
     pub(crate) merged: Vec<usize>,
+    /// The digest of the maps file the part was accumulated with (`--maps`): such parts
+    /// merge with any parts of the same maps, whatever data they read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) maps: Option<String>,
+    /// Every input the part read, as `path|size|footer` (an object: `url|size|etag|footer`),
+    /// so that no input is counted twice.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) inputs: Vec<String>,
 }
 
 fn pass_one() -> u32 {
@@ -111,6 +119,9 @@ pub(crate) fn read_stats(session: &Session, path: &Path, input: bool) -> Result<
 /// in two of them; no row group in two of them. Names the part at fault.
 pub(crate) fn check_parts(parts: &[(&Path, &PartMeta)]) -> Result<()> {
     let Some(&(first_path, first)) = parts.first() else { return Ok(()) };
+    if first.maps.is_some() || parts.iter().any(|(_, m)| m.maps.is_some()) {
+        return check_parts_of_maps(parts);
+    }
     let mut seen_units = BTreeSet::new();
     let mut seen_shards = std::collections::BTreeMap::new();
     for &(path, m) in parts {
@@ -148,6 +159,50 @@ pub(crate) fn check_parts(parts: &[(&Path, &PartMeta)]) -> Result<()> {
         for u in &m.units {
             if !seen_units.insert(u.clone()) {
                 return Err(bad(format!("row group {} of {} is in two parts", u.2, u.1)));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The check of parts accumulated with one maps file: each names the same maps, keys and
+/// code (so their sums are of one map), and no input is in two of them — by path, or by
+/// content (a copy of a file under another name), which would count its rows twice.
+fn check_parts_of_maps(parts: &[(&Path, &PartMeta)]) -> Result<()> {
+    let Some(&(first_path, first)) = parts.first() else { return Ok(()) };
+    let mut seen: std::collections::BTreeMap<String, (&Path, &str)> = std::collections::BTreeMap::new();
+    for &(path, m) in parts {
+        let bad = |message: String| Error::BadModel { path: path.to_path_buf(), message };
+        if m.maps != first.maps {
+            let name = |d: &Option<String>| d.as_deref().map_or("no maps file".to_string(), |d| format!("maps {d}"));
+            return Err(bad(format!(
+                "accumulated with {}, {} with {}: parts merge only over one maps file",
+                name(&m.maps),
+                first_path.display(),
+                name(&first.maps)
+            )));
+        }
+        if m.fingerprint != first.fingerprint || m.code != first.code || m.pass != first.pass {
+            return Err(bad(format!(
+                "accumulated with other pipeline keys or code than {} (over the same maps): accumulate both with one pipeline",
+                first_path.display()
+            )));
+        }
+        for input in &m.inputs {
+            let (name, content) = input.split_once('|').unwrap_or((input.as_str(), ""));
+            for key in [format!("path {name}"), format!("content {content}")] {
+                if key == "content " {
+                    continue;
+                }
+                if let Some((other, was)) = seen.insert(key, (path, name)) {
+                    if other != path {
+                        return Err(bad(format!(
+                            "read {name}, and {} read {was}{}: its rows would be counted twice; leave one of the parts out",
+                            other.display(),
+                            if was == name { "" } else { " (the same content)" }
+                        )));
+                    }
+                }
             }
         }
     }

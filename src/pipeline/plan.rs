@@ -27,6 +27,8 @@ pub struct RunOptions {
     /// The session the run belongs to: its storage, the files it reads and writes (a
     /// default one is fresh, with the environment's storage settings only).
     pub session: crate::session::Session,
+    /// A maps file (`--maps`) whose fitted maps the run uses instead of a pre-pass.
+    pub maps: Option<PathBuf>,
     /// Show a progress bar.
     pub progress: bool,
     /// Where to write checkpoints (none: no checkpoints).

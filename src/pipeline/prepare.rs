@@ -8,6 +8,7 @@ use std::ops::Range;
 
 use crate::codes::OutputCode;
 use crate::error::{Error, Location, Result};
+use crate::maps::Maps;
 use crate::pipeline::check::{CheckedPipeline, CodeChoice};
 use crate::pipeline::plan::Facts;
 use crate::pipeline::report::Reporter;
@@ -91,6 +92,8 @@ pub struct Prepared {
     pub fingerprint: String,
     /// Every unit, labeled inputs first.
     pub work: Vec<WorkUnit>,
+    /// The digest of the maps file the run was given (`--maps`), if any.
+    pub maps_digest: Option<String>,
 }
 
 impl Prepared {
@@ -149,11 +152,44 @@ pub fn prepare(session: &Session, checked: &CheckedPipeline, report: &mut Report
     prepare_inputs(checked, labeled, unlabeled, report)
 }
 
+/// [`prepare`] with the maps of a maps file (`--maps`, read through `session`) when
+/// `maps` names one: no pre-pass; the maps' stages, shift and class list serve.
+pub fn prepare_with(
+    session: &Session,
+    checked: &CheckedPipeline,
+    maps: Option<&std::path::Path>,
+    report: &mut Reporter,
+) -> Result<Prepared> {
+    let Some(path) = maps else { return prepare(session, checked, report) };
+    let maps = Maps::load_with(session, path)?;
+    let spec = checked.spec();
+    if spec.data.train.is_empty() {
+        return Err(Error::config(&spec.source, "data.train", "no training files given"));
+    }
+    session.storage().set_options(crate::remote::Layer::Pipeline, &spec.storage)?;
+    let labeled = Dataset::open(session, &spec.data.train, checked.columns())?;
+    let unlabeled = if spec.data.unlabeled.is_empty() {
+        None
+    } else {
+        Some(Dataset::open(session, &spec.data.unlabeled, checked.feature_only_columns())?)
+    };
+    prepare_opened(checked, (labeled, unlabeled), Some(maps), report)
+}
+
 /// [`prepare`] on inputs already opened (files, or batches in memory).
 pub fn prepare_inputs(
     checked: &CheckedPipeline,
     labeled: Dataset,
     unlabeled: Option<Dataset>,
+    report: &mut Reporter,
+) -> Result<Prepared> {
+    prepare_opened(checked, (labeled, unlabeled), None, report)
+}
+
+fn prepare_opened(
+    checked: &CheckedPipeline,
+    (labeled, unlabeled): (Dataset, Option<Dataset>),
+    maps: Option<Maps>,
     report: &mut Reporter,
 ) -> Result<Prepared> {
     let spec = checked.spec();
@@ -165,6 +201,9 @@ pub fn prepare_inputs(
         if !files.is_empty() {
             same_features(&labeled, &Dataset::open(&session, files, checked.labeled_columns())?, what)?;
         }
+    }
+    if let Some(m) = maps {
+        return from_maps(checked, (labeled, unlabeled), m, report);
     }
     let labels = labels(checked, &labeled)?;
     let c = labels.code.as_ref().map_or(spec.data.targets.len(), OutputCode::outputs);
@@ -230,7 +269,82 @@ pub fn prepare_inputs(
     let files: Vec<String> =
         labeled.identity().into_iter().chain(unlabeled.iter().flat_map(Dataset::identity)).collect();
     let fingerprint = crate::pipeline::keys::fingerprint(spec, &first.stages, &files, labels.code.as_ref());
-    Ok(Prepared { labeled, unlabeled, labels, c, maps, fingerprint, work })
+    Ok(Prepared { labeled, unlabeled, labels, c, maps, fingerprint, work, maps_digest: None })
+}
+
+/// A run prepared on fitted maps: the inputs are checked against them (the columns, the
+/// keys that decide the statistics), their class list and code serve (a label outside the
+/// list is refused by the pass, naming it), and no pre-pass reads a row.
+fn from_maps(
+    checked: &CheckedPipeline,
+    (labeled, unlabeled): (Dataset, Option<Dataset>),
+    maps: Maps,
+    report: &mut Reporter,
+) -> Result<Prepared> {
+    let spec = checked.spec();
+    if checked.candidates.is_some() {
+        return Err(Error::usage(
+            "--maps",
+            "kernel candidates fit one map each and choose among them; run them without --maps",
+        ));
+    }
+    let (have, want) = (&labeled.features, &maps.header.features);
+    if have != want {
+        return Err(maps.refuse(format!(
+            "fitted on {} feature column(s) ({}, d = {}); the inputs resolve to {} ({}, d = {}): give inputs with the maps' columns, or fit maps for these",
+            want.columns.len(),
+            preview(&want.columns),
+            want.dim,
+            have.columns.len(),
+            preview(&have.columns),
+            have.dim
+        )));
+    }
+    if let Some((key, was)) = crate::pipeline::keys::first_difference(spec, &maps.header.keys) {
+        return Err(Error::config(
+            &spec.source,
+            key,
+            format!(
+                "differs from the maps' ({}: {was}); run with the pipeline the maps were fitted with",
+                maps.origin.as_deref().unwrap_or(std::path::Path::new("maps")).display()
+            ),
+        ));
+    }
+    let code = match (&maps.header.classes, &maps.header.code) {
+        (None, _) => None,
+        (Some(k), None) => Some(OutputCode::OneVsAll { classes: k.len() }),
+        (Some(_), Some(rows)) => {
+            Some(OutputCode::from_rows(rows).map_err(|e| maps.refuse(format!("output code: {e}")))?)
+        }
+    };
+    let labels = Labels { classes: maps.header.classes.clone(), code, features: labeled.features.clone() };
+    let c = labels.code.as_ref().map_or(spec.data.targets.len(), OutputCode::outputs);
+    let mut work: Vec<WorkUnit> = labeled.units().into_iter().map(|unit| WorkUnit { unlabeled: false, unit }).collect();
+    if let Some(u) = &unlabeled {
+        work.extend(u.units().into_iter().map(|unit| WorkUnit { unlabeled: true, unit }));
+    }
+    let digest = maps.digest().to_string();
+    report.say(format!(
+        "maps: {} (digest {}); no pre-pass",
+        crate::identity::redact_urls(&maps.origin.as_deref().map_or(String::new(), |p| p.display().to_string())),
+        &digest[..digest.len().min(16)]
+    ));
+    let Maps { header, pipeline, shift, .. } = maps;
+    let map = FittedMap { stages: header.stages, pipeline, shift };
+    let mut files: Vec<String> =
+        labeled.identity().into_iter().chain(unlabeled.iter().flat_map(Dataset::identity)).collect();
+    files.push(format!("maps {digest}"));
+    let fingerprint = crate::pipeline::keys::fingerprint(spec, &map.stages, &files, labels.code.as_ref());
+    Ok(Prepared { labeled, unlabeled, labels, c, maps: vec![map], fingerprint, work, maps_digest: Some(digest) })
+}
+
+/// The first columns of a list, for messages.
+fn preview(columns: &[String]) -> String {
+    let mut s = columns.iter().take(3).cloned().collect::<Vec<_>>().join(", ");
+    if columns.len() > 3 {
+        s.push_str(", …");
+    }
+    s
 }
 
 /// Classes (scanned or given), their code, and the features.

@@ -11,7 +11,7 @@ use crate::pipeline::check::Learner;
 use crate::pipeline::checkpoint::{BeforeSolve, Checkpointer};
 use crate::pipeline::pass::{accumulate, Run};
 use crate::pipeline::plan::{Facts, Plan, RunOptions};
-use crate::pipeline::prepare::{prepare, Prepared};
+use crate::pipeline::prepare::{prepare_with, Prepared};
 use crate::pipeline::report::Reporter;
 use crate::pipeline::solve_ctx::KeepState;
 use crate::solve::SolvePath;
@@ -45,7 +45,7 @@ pub(crate) fn decide_from(
 /// Trains in one process: prepare, plan, every pass over every unit (with checkpoints
 /// and resume as asked), solve.
 pub fn train(checked: &CheckedPipeline, opts: &RunOptions, report: &mut Reporter) -> Result<Model> {
-    let prep = prepare(&opts.session, checked, report)?;
+    let prep = prepare_with(&opts.session, checked, opts.maps.as_deref(), report)?;
     train_prepared(checked, opts, prep, report)
 }
 

@@ -4,7 +4,6 @@
 //! sharded two-pass run merges its pass-one parts into a file that every shard's pass
 //! two projects with.
 
-use crate::session::Session;
 use std::path::{Path, PathBuf};
 
 use crate::codes::OutputCode;
@@ -17,7 +16,7 @@ use crate::pipeline::parts::{check_parts, check_parts_match, load_pass1, FileKin
 use crate::pipeline::pass::{accumulate, run_pass, Run};
 use crate::pipeline::plan::{Facts, Plan, RunOptions};
 use crate::pipeline::prepare::Labels;
-use crate::pipeline::prepare::{prepare, FittedMap, Prepared};
+use crate::pipeline::prepare::{prepare_with, FittedMap, Prepared};
 use crate::pipeline::report::Reporter;
 use crate::pipeline::run::{decide, decide_from};
 use crate::sketch::StageSpec;
@@ -38,7 +37,7 @@ pub fn accumulate_shard(
         return Err(Error::usage("--pass1", "only two-pass pipelines have a pass one"));
     }
     let opts = RunOptions { keep_statistics: true, ..opts.clone() };
-    let prep = prepare(&opts.session, checked, report)?;
+    let prep = prepare_with(&opts.session, checked, opts.maps.as_deref(), report)?;
     crate::pipeline::checkpoint::check_run_outputs(
         &RunOptions { output: Some(out.to_path_buf()), ..opts.clone() },
         "--output",
@@ -57,8 +56,16 @@ pub(crate) fn accumulate_part(
     report: &mut Reporter,
 ) -> Result<Statistics> {
     let ((i, n), pass1) = target;
-    if let Some(st) = checked.stages().iter().find(|s| s.array_fitted()) {
+    // A stage whose fit leaves arrays (Nyström's landmarks) maps alike across parts only
+    // from a maps file, which the solve reads them from.
+    if let Some(st) = checked.stages().iter().find(|s| s.array_fitted()).filter(|_| prep.maps_digest.is_none()) {
         return Err(crate::sketch::array_fitted(st));
+    }
+    if prep.maps_digest.is_some() && checked.passes() == 2 {
+        return Err(Error::usage(
+            "--maps",
+            "a two-pass pipeline's pass two projects with the pass one of its own shards: shard it without --maps",
+        ));
     }
     if n == 0 || i >= n {
         return Err(Error::usage("--shard", format!("shard {i}/{n}: need 0 ≤ i < N")));
@@ -87,9 +94,32 @@ pub(crate) fn accumulate_part(
     };
     // A pass-two part carries only its own statistics; pass one is in the merged file.
     let blocks = acc.into_state()?.into_iter().filter(|(name, _)| pass == 1 || name == "pass2").collect();
+    // Parts over maps are of one map whatever they read: their fingerprint leaves the
+    // inputs out (each part lists its own), so they merge with any parts of the maps.
+    let fingerprint = match &prep.maps_digest {
+        Some(d) => crate::pipeline::keys::fingerprint(
+            checked.spec(),
+            &prep.map().stages,
+            &[format!("maps {d}")],
+            prep.labels.code.as_ref(),
+        ),
+        None => prep.fingerprint.clone(),
+    };
+    let inputs = match &prep.maps_digest {
+        Some(_) => prep
+            .labeled
+            .identity()
+            .into_iter()
+            .chain(prep.unlabeled.iter().flat_map(Dataset::identity))
+            .map(|i| crate::identity::redact_urls(&i))
+            .collect(),
+        None => Vec::new(),
+    };
     let meta = PartMeta {
         kind: FileKind::Shard,
-        fingerprint: prep.fingerprint.clone(),
+        maps: prep.maps_digest.clone(),
+        inputs,
+        fingerprint,
         shard: i,
         shards: n,
         units: units.iter().map(|&u| prep.unit_id(&prep.work[u])).collect(),
@@ -122,13 +152,14 @@ pub enum SolveOutcome {
 /// merge into a file for `accumulate --pass1` (written to `out`), and pass-two parts
 /// solve with that file given as `pass1`.
 pub fn solve_parts(
-    session: &Session,
     checked: &CheckedPipeline,
     parts: &[PathBuf],
     options: (bool, Option<&Path>),
     out: &Path,
+    opts: &RunOptions,
     report: &mut Reporter,
 ) -> Result<SolveOutcome> {
+    let session = &opts.session;
     if parts.is_empty() {
         return Err(Error::usage("PART", "no statistics files given"));
     }
@@ -137,7 +168,7 @@ pub fn solve_parts(
         loaded.push(Statistics::load_with(session, path)?);
     }
     crate::atomic::check_output(session, out)?;
-    let opts = RunOptions { session: session.clone(), from_parts: true, stats_on_disk: true, ..RunOptions::default() };
+    let opts = RunOptions { from_parts: true, stats_on_disk: true, ..opts.clone() };
     solve_loaded(checked, loaded, (options.0, options.1, Some(out)), &opts, report)
 }
 
@@ -163,7 +194,9 @@ pub(crate) fn solve_loaded(
     check_parts_match(checked, &parts[0].origin, &parts[0].meta)?;
     let first = parts[0].meta.clone();
     let held: std::collections::BTreeSet<usize> = parts.iter().flat_map(|p| p.meta.shards_held()).collect();
-    let missing: Vec<usize> = (0..first.shards).filter(|s| !held.contains(s)).collect();
+    // Parts over a maps file are whatever data each read: no shard of theirs is missing.
+    let missing: Vec<usize> =
+        if first.maps.is_some() { Vec::new() } else { (0..first.shards).filter(|s| !held.contains(s)).collect() };
     if !missing.is_empty() && !allow_partial {
         return Err(Error::usage(
             "PART",
@@ -180,14 +213,18 @@ pub(crate) fn solve_loaded(
         merge_blocks(blocks.iter_mut().map(|(n, s)| (n.clone(), s)).collect(), &named)
             .map_err(|message| Error::BadModel { path: p.origin.clone(), message })?;
     }
-    report.say(format!("merged {} shard(s) of {}", parts.len(), first.shards));
+    match &first.maps {
+        Some(_) => report.say(format!("merged {} part(s) over one maps file", parts.len())),
+        None => report.say(format!("merged {} shard(s) of {}", parts.len(), first.shards)),
+    }
     // Solved without some shards, a stream over the training rows (k-fold scoring) must
     // see only the row groups the parts hold.
     let covered: Option<Vec<(String, usize)>> = (!missing.is_empty()).then(|| {
         parts.iter().flat_map(|p| &p.meta.units).filter(|u| !u.0).map(|(_, path, rg)| (path.clone(), *rg)).collect()
     });
     let origin = parts[0].origin.clone();
-    if let Some(i) = first.stages.iter().position(StageSpec::needs_fit) {
+    // (Over a maps file, the fitted stages are the file's.)
+    if let Some(i) = first.stages.iter().position(StageSpec::needs_fit).filter(|_| first.maps.is_none()) {
         return Err(Error::BadModel {
             path: origin,
             message: format!("stage {i} is not fitted in the part's header; accumulate the parts again"),
@@ -217,7 +254,32 @@ pub(crate) fn solve_loaded(
     let labels =
         Labels { classes: first.classes.clone(), code: first.output_code()?, features: first.features.clone() };
     let shift = blocks.iter().find(|(n, _)| n == "labeled" || n == "fold0").map(|(_, s)| s.shift.clone());
-    let map = FittedMap::build(first.stages.clone(), first.features.dim, checked.seed(), shift)?;
+    let map = match (&first.maps, &opts.maps) {
+        (Some(digest), Some(path)) => {
+            let maps = crate::maps::Maps::load_with(&opts.session, path)?;
+            if maps.digest() != digest {
+                return Err(maps.refuse(format!(
+                    "these maps (digest {}) are not the ones the parts were accumulated with ({digest})",
+                    maps.digest()
+                )));
+            }
+            let crate::maps::Maps { header, pipeline, shift: fitted, .. } = maps;
+            FittedMap { stages: header.stages, pipeline, shift: shift.unwrap_or(fitted) }
+        }
+        (Some(digest), None) if first.stages.iter().any(StageSpec::array_fitted) => {
+            return Err(Error::usage(
+                "--maps",
+                format!("the parts were accumulated with maps {digest}, whose landmarks they do not hold: give that maps file"),
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(Error::usage(
+                "--maps",
+                "the parts were accumulated without a maps file: solve them without it",
+            ));
+        }
+        _ => FittedMap::build(first.stages.clone(), first.features.dim, checked.seed(), shift)?,
+    };
     let solved = solve_blocks(checked, (map, labels), blocks, (first.pass, &origin, covered.as_deref()), opts, report)?;
     Ok(SolveOutcome::Model(Box::new(solved)))
 }

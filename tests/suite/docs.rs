@@ -226,10 +226,12 @@ fn every_flag_of_every_command_is_in_the_commands_reference() {
     assert!(missing.is_empty(), "flags missing from docs/src/reference/commands.md: {missing:?}");
 }
 
-#[test]
-fn the_console_examples_of_getting_started_run_as_shown() {
-    let page = std::fs::read_to_string(repo("docs/src/getting-started.md")).unwrap();
-    let dir = TempDir::new("docs-console");
+/// Runs every `console` block of a page: each `$ sketchfit …` line as a command (paths
+/// into `pipelines/` and `data/` are the repository's, other `.sfm` and `.parquet` paths a
+/// temporary folder's, shell quotes removed), each line after it a line its output must
+/// hold (`...` stands for lines left out). Returns the blocks run.
+fn run_console_blocks(page: &str, dir: &TempDir) -> usize {
+    let text = std::fs::read_to_string(repo(page)).unwrap();
     let root = repo("");
     let mut blocks = 0;
     let mut in_console = false;
@@ -237,10 +239,11 @@ fn the_console_examples_of_getting_started_run_as_shown() {
     let mut output = String::new();
     let check = |output: &str, expected: &[String]| {
         for e in expected.iter().filter(|e| e.as_str() != "...") {
-            assert!(output.lines().any(|l| l.trim_end() == e.trim_end()), "'{e}' is not in the output:\n{output}");
+            let found = output.lines().any(|l| l.trim_end() == e.trim_end());
+            assert!(found, "{page}: '{e}' is not in the output:\n{output}");
         }
     };
-    for line in page.lines() {
+    for line in text.lines() {
         if line.starts_with("```console") {
             in_console = true;
             blocks += 1;
@@ -261,9 +264,10 @@ fn the_console_examples_of_getting_started_run_as_shown() {
                 .split_whitespace()
                 .skip(1) // `sketchfit`
                 .map(|a| {
+                    let a = a.trim_matches('\'');
                     if a.starts_with("pipelines/") || a.starts_with("data/") {
                         format!("{root}/{a}")
-                    } else if a.ends_with(".sfm") || a.ends_with(".parquet") {
+                    } else if [".sfm", ".parquet", ".sfs", ".maps"].iter().any(|e| a.ends_with(e)) {
                         dir.path(a).to_string_lossy().into_owned()
                     } else {
                         a.to_string()
@@ -272,12 +276,40 @@ fn the_console_examples_of_getting_started_run_as_shown() {
                 .collect();
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             let out = sketchfit(&args);
-            assert_eq!(out.status.code(), Some(0), "{cmd}: {}", stderr(&out));
+            assert_eq!(out.status.code(), Some(0), "{page}: {cmd}: {}", stderr(&out));
             // The page shows the path as given; the run prints the temporary one.
             output = stdout(&out).replace(&format!("{}/", dir.path("").to_string_lossy().trim_end_matches('/')), "");
-        } else {
+        } else if !line.trim().is_empty() {
             expected.push(line.to_string());
         }
     }
-    assert!(blocks >= 3, "the console examples were not found");
+    blocks
+}
+
+#[test]
+fn the_console_examples_of_getting_started_and_the_guide_run_as_shown() {
+    let dir = TempDir::new("docs-console");
+    assert!(run_console_blocks("docs/src/getting-started.md", &dir) >= 3, "getting started's examples were not found");
+    let mut guide = 0;
+    for entry in std::fs::read_dir(repo("docs/src/guide")).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        // A shell block that runs a command on the shipped data must be a `console`
+        // block, so that it runs here.
+        let mut in_shell = false;
+        for line in text.lines() {
+            if line.starts_with("```") {
+                in_shell = !in_shell && matches!(line.trim_end(), "```sh" | "```bash" | "```shell");
+            }
+            let shipped = line.contains("pipelines/") || line.contains("data/");
+            assert!(
+                !(in_shell && shipped && line.contains("sketchfit ")),
+                "{}: run it as a console block: {line}",
+                path.display()
+            );
+        }
+        let page = format!("docs/src/guide/{}", path.file_name().unwrap().to_string_lossy());
+        guide += run_console_blocks(&page, &dir);
+    }
+    assert!(guide >= 1, "the guide's console examples were not found");
 }

@@ -21,6 +21,7 @@ mod golden_maps;
 mod incremental;
 mod kfold;
 mod learners_verified;
+mod maps;
 mod nothing_lost;
 mod nystrom;
 mod outputs;

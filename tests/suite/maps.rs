@@ -1,0 +1,155 @@
+//! Fitted maps as a file: `fit-maps` writes what the pre-pass decides; `train --maps`
+//! gives the model the run fitting them itself gives; parts accumulated over any data with
+//! one maps file — the landmark map's too — merge in `solve`, never counting an input twice.
+
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, Int64Array, UInt8Array};
+
+use sketchfit::Model;
+
+use crate::common::{rel, repo, sketchfit, stderr, stdout, write_parquet, TempDir};
+
+fn pipeline(dir: &TempDir, seed: u64) -> String {
+    let text = format!(
+        "task = \"classification\"\n[data]\ntrain = [\"{}\"]\nfeatures = [\"px*\"]\nlabel = \"label\"\n\n\
+         [[stages]]\nkind = \"nystrom\"\nkernel = \"polynomial\"\ndegree = 3\ngamma = 1.0\noffset = 1.0\ndim = 256\n\
+         normalize = \"l2\"\n\n[ridge]\nlambda = 0.001\n\n[run]\nseed = {seed}\n",
+        repo("data/digits_train.parquet")
+    );
+    let path = dir.path(&format!("p{seed}.toml"));
+    std::fs::write(&path, text).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+fn ok(out: &std::process::Output) -> String {
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(out));
+    stdout(out)
+}
+
+fn refused(out: &std::process::Output, says: &str) {
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(out));
+    assert!(stderr(out).contains(says), "'{says}' not in: {}", stderr(out));
+}
+
+fn weights(path: &str) -> Vec<f64> {
+    Model::load(path.as_ref()).unwrap().weights
+}
+
+#[test]
+fn a_run_on_fitted_maps_gives_the_model_of_the_run_that_fitted_them() {
+    let dir = TempDir::new("maps-train");
+    let p = pipeline(&dir, 3);
+    let maps = dir.path("m.maps");
+    let said = ok(&sketchfit(&["fit-maps", &p, "-o", maps.to_str().unwrap(), "-q"]));
+    assert!(said.contains("maps of 1 stage(s), D = 256") && said.contains("digest"), "{said}");
+    let (a, b) = (dir.path("a.sfm"), dir.path("b.sfm"));
+    ok(&sketchfit(&["train", &p, "-o", a.to_str().unwrap(), "-q"]));
+    let run = sketchfit(&["train", &p, "--maps", maps.to_str().unwrap(), "-o", b.to_str().unwrap()]);
+    ok(&run);
+    assert!(stderr(&run).contains("no pre-pass"), "{}", stderr(&run));
+    assert_eq!(weights(a.to_str().unwrap()), weights(b.to_str().unwrap()), "bit for bit");
+    // The maps file is sealed: one changed byte is refused, naming it.
+    let mut bytes = std::fs::read(&maps).unwrap();
+    let n = bytes.len();
+    bytes[n - 3] ^= 1;
+    let bad = dir.path("bad.maps");
+    std::fs::write(&bad, bytes).unwrap();
+    refused(
+        &sketchfit(&["train", &p, "--maps", bad.to_str().unwrap(), "-o", dir.path("c.sfm").to_str().unwrap()]),
+        "bad.maps",
+    );
+    // The maps file is an input of the run: no output may replace it.
+    refused(&sketchfit(&["train", &p, "--maps", maps.to_str().unwrap(), "-o", maps.to_str().unwrap()]), "input");
+}
+
+#[test]
+fn landmark_parts_over_other_days_merge_to_the_one_process_model() {
+    let dir = TempDir::new("maps-days");
+    let p = pipeline(&dir, 3);
+    let maps = dir.path("m.maps").to_string_lossy().into_owned();
+    ok(&sketchfit(&["fit-maps", &p, "-o", &maps, "-q"]));
+    let (day1, day2) = (repo("data/digits_train.parquet"), repo("data/digits_test.parquet"));
+    let part = |name: &str| dir.path(name).to_string_lossy().into_owned();
+    ok(&sketchfit(&["accumulate", &p, "--maps", &maps, "-i", &day1, "-o", &part("d1.sfs"), "-q"]));
+    ok(&sketchfit(&["accumulate", &p, "--maps", &maps, "-i", &day2, "-o", &part("d2.sfs"), "-q"]));
+    let merged = part("merged.sfm");
+    ok(&sketchfit(&["solve", &p, &part("d1.sfs"), &part("d2.sfs"), "--maps", &maps, "-o", &merged, "-q"]));
+    let both = part("both.sfm");
+    let set = format!("data.train=[\"{day1}\", \"{day2}\"]");
+    ok(&sketchfit(&["train", &p, "--maps", &maps, "--set", &set, "-o", &both, "-q"]));
+    let (m, b) = (weights(&merged), weights(&both));
+    assert!(rel(&m, &b) < 1e-9, "merged days against one process: {:e}", rel(&m, &b));
+
+    // The landmarks are in the maps, not the parts: the solve needs the file.
+    refused(&sketchfit(&["solve", &p, &part("d1.sfs"), &part("d2.sfs"), "-o", &part("x.sfm")]), "--maps");
+    // A day read twice would count its rows twice, however the parts were named.
+    ok(&sketchfit(&["accumulate", &p, "--maps", &maps, "-i", &day1, "-o", &part("d1again.sfs"), "-q"]));
+    let twice = sketchfit(&["solve", &p, &part("d1.sfs"), &part("d1again.sfs"), "--maps", &maps, "-o", &part("x.sfm")]);
+    refused(&twice, "counted twice");
+    // Parts of other maps never merge.
+    let other = pipeline(&dir, 4);
+    let maps4 = part("m4.maps");
+    ok(&sketchfit(&["fit-maps", &other, "-o", &maps4, "-q"]));
+    ok(&sketchfit(&["accumulate", &other, "--maps", &maps4, "-i", &day2, "-o", &part("d2other.sfs"), "-q"]));
+    let mixed = sketchfit(&["solve", &p, &part("d1.sfs"), &part("d2other.sfs"), "--maps", &maps, "-o", &part("x.sfm")]);
+    refused(&mixed, "one maps file");
+    // Without a maps file, a landmark pipeline still cannot be sharded.
+    refused(&sketchfit(&["accumulate", &p, "-o", &part("plain.sfs"), "-q"]), "landmarks");
+}
+
+#[test]
+fn inputs_that_do_not_fit_the_maps_are_refused_by_name() {
+    let dir = TempDir::new("maps-refusals");
+    let p = pipeline(&dir, 3);
+    let maps = dir.path("m.maps").to_string_lossy().into_owned();
+    ok(&sketchfit(&["fit-maps", &p, "-o", &maps, "-q"]));
+    // A label the maps' class list does not hold.
+    let px: Vec<(String, ArrayRef)> =
+        (0..64).map(|j| (format!("px{j}"), Arc::new(UInt8Array::from(vec![(j % 16) as u8; 40])) as ArrayRef)).collect();
+    let mut cols: Vec<(&str, ArrayRef)> = px.iter().map(|(n, a)| (n.as_str(), a.clone())).collect();
+    cols.push(("label", Arc::new(Int64Array::from(vec![42i64; 40])) as ArrayRef));
+    let odd = dir.path("odd.parquet");
+    write_parquet(&odd, cols, 20);
+    let out = sketchfit(&[
+        "accumulate",
+        &p,
+        "--maps",
+        &maps,
+        "-i",
+        odd.to_str().unwrap(),
+        "-o",
+        dir.path("o.sfs").to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("42") && stderr(&out).contains("odd.parquet"), "{}", stderr(&out));
+    // Fewer columns than the maps were fitted on.
+    let narrow: Vec<(&str, ArrayRef)> = px.iter().take(10).map(|(n, a)| (n.as_str(), a.clone())).collect();
+    let mut narrow = narrow;
+    narrow.push(("label", Arc::new(Int64Array::from(vec![1i64; 40])) as ArrayRef));
+    let small = dir.path("small.parquet");
+    write_parquet(&small, narrow, 20);
+    let out = sketchfit(&[
+        "accumulate",
+        &p,
+        "--maps",
+        &maps,
+        "-i",
+        small.to_str().unwrap(),
+        "-o",
+        dir.path("s.sfs").to_str().unwrap(),
+    ]);
+    refused(&out, "m.maps");
+    // Another pipeline's keys.
+    let out = sketchfit(&[
+        "train",
+        &p,
+        "--maps",
+        &maps,
+        "--set",
+        "stages.0.degree=2",
+        "-o",
+        dir.path("k.sfm").to_str().unwrap(),
+    ]);
+    refused(&out, "stages");
+}
