@@ -7,6 +7,7 @@ default. A transformer also serves as a stage of the ridge estimators
 
 from __future__ import annotations
 
+import inspect
 import json
 
 import numpy as np
@@ -117,18 +118,65 @@ def _features_of(m) -> dict:
     return json.loads(m.spec_json())["features"]
 
 
+def _signature(keys: tuple) -> inspect.Signature:
+    """``(self, key=None, …, random_state=None)``: every stage key by name, as
+    scikit-learn's ``get_params`` reads them from ``__init__``."""
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    params = [inspect.Parameter("self", kind)]
+    params += [inspect.Parameter(k, kind, default=None) for k in keys + ("random_state",)]
+    return inspect.Signature(params)
+
+
+def _init(signature: inspect.Signature):
+    """An ``__init__`` that stores each argument of ``signature`` under its name (an
+    unknown or doubled argument is the TypeError Python gives any call)."""
+
+    def __init__(self, *args, **kwargs):
+        bound = signature.bind(self, *args, **kwargs)
+        for name in list(signature.parameters)[1:]:
+            setattr(self, name, bound.arguments.get(name))
+
+    __init__.__signature__ = signature
+    return __init__
+
+
+def _type_of(value) -> str:
+    if value is None:
+        return "optional"
+    return {bool: "bool", int: "int", float: "float", str: "str", list: "list"}.get(type(value), type(value).__name__)
+
+
+def _docstring(summary: str, family: dict) -> str:
+    """A numpydoc docstring: the summary, then every key with its type, the pipeline
+    file's default and its meaning (the pipeline reference's line, from the registry)."""
+    lines = [summary, "", "Parameters", "----------"]
+    for k in family["keys"]:
+        default = family["defaults"].get(k)
+        shown = "fitted or derived" if default is None else json.dumps(default)
+        lines.append(f"{k} : {_type_of(default)}, default None (the pipeline file's default: {shown})")
+        lines.append(f"    {family['help'].get(k) or 'The stage key ' + repr(k) + '.'}")
+    lines.append("random_state : int or None, default None")
+    lines.append("    Seed of the random maps and of the pre-pass sample (the pipeline's ``run.seed``).")
+    lines += ["", "Attributes", "----------", "n_components_ : int", "    Output dimension of ``transform``.",
+              "fitted_stage_ : dict", "    The stage with its fitted keys (σ, k, β, …) as the pipeline file writes it."]
+    return "\n".join(lines) + "\n"
+
+
 def _family(kind: str):
-    """The transformer class of `kind`, whose ``__init__`` names every stage key
-    explicitly (as scikit-learn's ``get_params`` needs), each defaulting to None (the
-    file's default)."""
-    name, doc = NAMES[kind]
+    """The transformer class of `kind`: a plain subclass of ``_Sketch`` whose signature
+    names every stage key explicitly, each defaulting to None (the file's default)."""
+    name, summary = NAMES[kind]
     family = FAMILIES[kind]
     keys = tuple(family["keys"])
-    args = ", ".join(f"{k}=None" for k in keys) + ", random_state=None"
-    body = "".join(f"    self.{k} = {k}\n" for k in keys + ("random_state",))
-    namespace: dict = {}
-    exec(f"def __init__(self, {args}):\n{body}", namespace)  # noqa: S102 - a generated signature, no user input
-    attrs = {"__init__": namespace["__init__"], "_kind": kind, "_keys": keys, "_nonnegative": family["nonnegative"], "__doc__": doc, "__module__": __name__}
+    attrs = {
+        "__init__": _init(_signature(keys)),
+        "_kind": kind,
+        "_keys": keys,
+        "_nonnegative": family["nonnegative"],
+        "__doc__": _docstring(summary, family),
+        "__module__": __name__,
+        "__qualname__": name,
+    }
     return type(name, (_Sketch,), attrs)
 
 

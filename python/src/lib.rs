@@ -400,12 +400,75 @@ impl PyFeatureMap {
     }
 }
 
-/// The sketch families of the Rust registry, as JSON: `[{kind, keys, nonnegative}, …]`.
-/// The Python transformers are built from it, so the package keeps no copy of the list.
+/// The sketch families of the Rust registry, as JSON: `[{kind, keys, nonnegative,
+/// defaults, help}, …]`, `help` holding each key's line from the pipeline reference. The
+/// Python transformers (their signatures and numpydoc docstrings) are built from it, so
+/// the package keeps no copy of the list or of the keys' meanings.
 #[pyfunction]
 fn kinds() -> PyResult<String> {
-    serde_json::to_string(&sketchfit::sketch::families())
-        .map_err(|e| PyRuntimeError::new_err(format!("the family list as JSON: {e}")))
+    let help = key_help(include_str!("../../docs/src/reference/pipeline.md"));
+    let families: Vec<serde_json::Value> = sketchfit::sketch::families()
+        .into_iter()
+        .map(|f| {
+            let of = |k: &String| {
+                let line = help.iter().find(|(kind, key, _)| kind == f.kind && key == k);
+                let any = help.iter().find(|(_, key, text)| key == k && !text.is_empty());
+                (k.clone(), serde_json::Value::String(line.or(any).map_or(String::new(), |(_, _, t)| t.clone())))
+            };
+            let text: serde_json::Map<String, serde_json::Value> = f.keys.iter().map(of).collect();
+            let mut v = serde_json::to_value(&f).unwrap_or_default();
+            if let Some(o) = v.as_object_mut() {
+                o.insert("help".into(), text.into());
+            }
+            v
+        })
+        .collect();
+    serde_json::to_string(&families).map_err(|e| PyRuntimeError::new_err(format!("the family list as JSON: {e}")))
+}
+
+/// `(kind, key, comment)` of every stage key the pipeline reference's example file shows
+/// (`key = value  # comment`, commented-out keys included, continued comments joined).
+fn key_help(reference: &str) -> Vec<(String, String, String)> {
+    let mut out: Vec<(String, String, String)> = Vec::new();
+    let mut kind = String::new();
+    let mut in_toml = false;
+    for line in reference.lines() {
+        if line.starts_with("```") {
+            in_toml = line.trim_end() == "```toml";
+            kind.clear();
+            continue;
+        }
+        if !in_toml {
+            continue;
+        }
+        let (code, comment) = match line.split_once('#') {
+            Some((c, m)) if !c.trim().is_empty() => (c.trim(), m.trim()),
+            Some((_, rest)) => match rest.split_once('#') {
+                Some((c, m)) if c.contains('=') => (c.trim(), m.trim()),
+                _ if rest.starts_with("   ") && !rest.trim().is_empty() => {
+                    // A comment continued on the next line.
+                    if let Some(last) = out.last_mut() {
+                        last.2 = format!("{} {}", last.2, rest.trim());
+                    }
+                    continue;
+                }
+                _ => (rest.trim(), ""),
+            },
+            None => (line.trim(), ""),
+        };
+        if code.starts_with("[[stages]]") {
+            kind.clear();
+            continue;
+        }
+        let Some((key, value)) = code.split_once('=') else { continue };
+        let key = key.trim();
+        if key == "kind" {
+            kind = value.trim().trim_matches('"').to_string();
+        } else if !kind.is_empty() && key.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_') {
+            out.push((kind.clone(), key.to_string(), comment.to_string()));
+        }
+    }
+    out
 }
 
 /// The engine value of one call: its object-store options (`storage_options`, the

@@ -148,6 +148,7 @@ def test_accuracy_and_sklearn_protocols(digits):
 
 
 def test_every_rust_family_has_its_transformer_with_the_rust_keys():
+    import inspect
     import json
 
     from sketchfit import sketches
@@ -159,6 +160,20 @@ def test_every_rust_family_has_its_transformer_with_the_rust_keys():
         assert set(cls().get_params()) - {"random_state"} == set(f["keys"]), f["kind"]
         assert cls._nonnegative == f["nonnegative"], f["kind"]
         assert cls.__name__ in sf.__all__
+        # Ordinary classes: the signature names every key, positional or by name.
+        params = list(inspect.signature(cls).parameters)
+        assert params == f["keys"] + ["random_state"], f["kind"]
+        assert cls(*range(len(params))).get_params() == dict(zip(params, range(len(params))))
+        with pytest.raises(TypeError):
+            cls(no_such_key=1)
+        # numpydoc: help() lists every parameter with its default and meaning.
+        doc = cls.__doc__
+        assert "Parameters\n----------" in doc and "random_state : " in doc, f["kind"]
+        for k in f["keys"]:
+            assert f"\n{k} : " in doc, (f["kind"], k)
+    assert "(the pipeline file's default: 4096)" in sf.TensorSketch.__doc__
+    assert "p, 1..16" in sf.TensorSketch.__doc__
+    assert "exec(" not in inspect.getsource(sketches)
     # The χ² rule is the core's: a negative input is refused with its row and column.
     with pytest.raises(ValueError, match="negative"):
         sf.Chi2Series().fit(np.array([[0.5, -1.0], [0.5, 1.0]]))

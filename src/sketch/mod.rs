@@ -357,6 +357,9 @@ pub struct FamilyInfo {
     pub keys: Vec<String>,
     /// Its inputs must be non-negative (the χ² family).
     pub nonnegative: bool,
+    /// The pipeline file's default of each key that has one (keys fitted or derived
+    /// when absent, such as `sigma`, have none).
+    pub defaults: serde_json::Map<String, serde_json::Value>,
 }
 
 /// Every family of the registry, in its order.
@@ -379,7 +382,10 @@ pub fn families() -> Vec<FamilyInfo> {
                 .ok()?;
             let value = serde_json::to_value(&spec).ok()?;
             let keys = value.as_object()?.keys().filter(|k| *k != "kind").cloned().collect();
-            Some(FamilyInfo { kind, keys, nonnegative: spec.needs_nonnegative() })
+            let plain = StageSpec::from_toml(&table(&[]), "registry", "stage").ok()?;
+            let mut defaults = serde_json::to_value(&plain).ok()?.as_object()?.clone();
+            defaults.retain(|k, v| k != "kind" && !v.is_null());
+            Some(FamilyInfo { kind, keys, nonnegative: spec.needs_nonnegative(), defaults })
         })
         .collect()
 }
