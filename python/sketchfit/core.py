@@ -35,12 +35,15 @@ def _source(X):
 
 class Pipeline:
     """A pipeline: the text of a pipeline file (``Pipeline.load(path)`` reads one;
-    its ``[data]`` files are ignored here, the data is what you pass)."""
+    its ``[data]`` files are ignored here, the data is what you pass). ``classes`` fixes
+    the class list; ``maps``, the path or URL of a maps file (:meth:`fit_maps`), replaces
+    the pre-pass, so statistics of any data with those maps merge."""
 
-    def __init__(self, text: str, classes=None):
+    def __init__(self, text: str, classes=None, maps=None):
         self.text = text
         self.classes = None if classes is None else list(classes)
-        self._core = _core.Pipeline(text, self.classes)
+        self.maps = None if maps is None else os.fspath(maps)
+        self._core = _core.Pipeline(text, self.classes, self.maps)
 
     @classmethod
     def load(cls, path, classes=None) -> "Pipeline":
@@ -56,8 +59,17 @@ class Pipeline:
             return Model(self._core.fit_files(paths, session(storage_options)))
         return Model(self._core.fit(table))
 
+    def fit_maps(self, source, path, storage_options=None) -> str:
+        """Fits this pipeline's maps (its pre-pass: stages, landmarks, shift, classes) on
+        Parquet files and writes them to ``path`` (local or in an object store); returns
+        their digest. ``Pipeline(text, maps=path)`` then maps any data alike."""
+        _, paths = _source(source)
+        if paths is None:
+            raise TypeError("fit_maps reads Parquet files: give paths or globs")
+        return self._core.fit_maps(paths, os.fspath(path), session(storage_options))
+
     def __reduce__(self):
-        return (Pipeline, (self.text, self.classes))
+        return (Pipeline, (self.text, self.classes, self.maps))
 
 
 class Statistics:

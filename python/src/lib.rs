@@ -97,12 +97,16 @@ struct PyPipeline {
 
 #[pymethods]
 impl PyPipeline {
-    /// `Pipeline(text, classes=None)`: `classes`, a sorted list of ints or of strings,
-    /// fixes the class set instead of scanning it.
+    /// `Pipeline(text, classes=None, maps=None)`: `classes`, a sorted list of ints or of
+    /// strings, fixes the class set instead of scanning it; `maps`, the path or URL of a
+    /// maps file, replaces the pre-pass (`run.maps`).
     #[new]
-    #[pyo3(signature = (text, classes=None))]
-    fn new(text: &str, classes: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+    #[pyo3(signature = (text, classes=None, maps=None))]
+    fn new(text: &str, classes: Option<&Bound<'_, PyAny>>, maps: Option<PathBuf>) -> PyResult<Self> {
         let mut inner = Pipeline::from_toml_str(text, "pipeline").map_err(py_err)?;
+        if let Some(m) = maps {
+            inner = inner.maps(m);
+        }
         if let Some(c) = classes {
             let given = if let Ok(v) = c.extract::<Vec<i64>>() {
                 Classes::Int(v)
@@ -127,6 +131,18 @@ impl PyPipeline {
         let s = &session.inner;
         let model = py.detach(|| self.inner.fit_files_with(s, paths)).map_err(|e| py_err_in(s, e))?;
         Ok(PyModel { inner: model })
+    }
+
+    /// Fits the maps of the pre-pass on Parquet files and writes them to `output`, in
+    /// `session`; returns their digest.
+    fn fit_maps(&self, py: Python<'_>, paths: Vec<PathBuf>, output: PathBuf, session: &PySession) -> PyResult<String> {
+        let s = &session.inner;
+        py.detach(|| {
+            let maps = self.inner.fit_maps_with(s, paths)?;
+            maps.save_with(s, &output)?;
+            Ok(sketchfit::maps::Maps::load_with(&Session::new(), &output)?.digest().to_string())
+        })
+        .map_err(|e| py_err_in(s, e))
     }
 
     /// Statistics of shard `(i, n)` of an Arrow stream's batches.

@@ -97,13 +97,23 @@ def test_spark_map_in_arrow_partitions_merge_to_the_one_process_model(tmp_path, 
     _close(model, single, files)
 
 
-def _ray_part(text, files, i, n):
-    return sf.Statistics.accumulate(sf.Pipeline(text, classes=[0, 1]), files, shard=(i, n)).to_bytes()
+LANDMARKS = TEXT.replace('kind = "rff"\ndim = 512', 'kind = "nystrom"\nkernel = "gaussian"\ndim = 256')
 
 
-def test_ray_tasks_over_shards_merge_to_the_one_process_model(tmp_path, monkeypatch):
+def _ray_part(text, files, i, n, maps=None):
+    return sf.Statistics.accumulate(sf.Pipeline(text, classes=[0, 1], maps=maps), files, shard=(i, n)).to_bytes()
+
+
+@pytest.mark.parametrize("landmarks", [False, True], ids=["rff", "nystrom-over-maps"])
+def test_ray_tasks_over_shards_merge_to_the_one_process_model(tmp_path, monkeypatch, landmarks):
     import ray
     files = _parts(tmp_path, seed=6)
+    text, maps = TEXT, None
+    if landmarks:
+        # The landmark map shards only over a maps file: fitted once, read by every task.
+        text, maps = LANDMARKS, str(tmp_path / "landmarks.maps")
+        digest = sf.Pipeline(text, classes=[0, 1]).fit_maps(files, maps)
+        assert len(digest) == 16
     monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
     monkeypatch.setenv("RAY_DISABLE_DOCKER_CPU_WARNING", "1")
     ray.init(
@@ -117,11 +127,15 @@ def test_ray_tasks_over_shards_merge_to_the_one_process_model(tmp_path, monkeypa
     try:
         n = 5
         part = ray.remote(_ray_part)
-        blobs = ray.get([part.remote(TEXT, files, i, n) for i in range(n)])
+        blobs = ray.get([part.remote(text, files, i, n, maps) for i in range(n)])
     finally:
         ray.shutdown()
     parts = [sf.Statistics.from_bytes(b) for b in blobs]
-    pipe = sf.Pipeline(TEXT, classes=[0, 1])
+    pipe = sf.Pipeline(text, classes=[0, 1], maps=maps)
     model = functools.reduce(lambda a, b: a.merge(b), parts).solve(pipe)
     single = pipe.fit(files)
     _close(model, single, files)
+    if landmarks:
+        # A shard given twice would count its rows twice: refused, naming the input.
+        with pytest.raises(ValueError, match="counted twice"):
+            parts[0].merge(sf.Statistics.from_bytes(blobs[0]))

@@ -5,13 +5,14 @@ use crate::error::{Error, Result};
 use crate::maps::{Maps, MapsHeader};
 use crate::pipeline::check::CheckedPipeline;
 use crate::pipeline::keys::statistics_keys;
-use crate::pipeline::prepare::prepare;
+use crate::pipeline::prepare::prepare_fresh;
 use crate::pipeline::report::Reporter;
 use crate::session::Session;
 
 /// Opens the pipeline's training inputs, scans the classes, draws or reads the output
 /// code, and fits the stages and the shift on the pre-pass sample — exactly what `train`
-/// does before its pass — and returns them as maps.
+/// does before its pass — and returns them as maps (a `run.maps` the pipeline names is
+/// not read: these are the maps it would name).
 pub fn fit_maps(session: &Session, checked: &CheckedPipeline, report: &mut Reporter) -> Result<Maps> {
     let spec = checked.spec();
     if checked.candidates.is_some() {
@@ -21,7 +22,7 @@ pub fn fit_maps(session: &Session, checked: &CheckedPipeline, report: &mut Repor
             "kernel candidates fit one map each and choose among them: a maps file holds one map; fix the stage's key",
         ));
     }
-    let prep = prepare(session, checked, report)?;
+    let prep = prepare_fresh(session, checked, report)?;
     let fitted_on = prep
         .labeled
         .files

@@ -31,7 +31,7 @@ impl Statistics {
         self.one_pass()?;
         let blocks = self.blocks.iter().map(|(name, s)| (name.clone(), GramStats::new(s.shift.clone(), s.c))).collect();
         let mut meta = self.meta.clone();
-        (meta.shard, meta.shards, meta.units, meta.merged) = (i, n, Vec::new(), Vec::new());
+        (meta.shard, meta.shards, meta.units, meta.merged, meta.inputs) = (i, n, Vec::new(), Vec::new(), Vec::new());
         Ok(Statistics { origin: self.origin.clone(), meta, blocks })
     }
 
@@ -58,8 +58,19 @@ impl Statistics {
         let (shift, c) = self.blocks.first().map(|(_, s)| (s.shift.clone(), s.c)).unwrap_or_default();
         let work: Vec<WorkUnit> = data.units().into_iter().map(|unit| WorkUnit { unlabeled: false, unit }).collect();
         let seed = self.meta.seed.unwrap_or(checked.seed());
+        // Over a maps file the map is the file's (a landmark stage cannot be redrawn).
+        let map = match (&self.meta.maps, &checked.spec().run.maps) {
+            (Some(digest), Some(path)) => {
+                let maps = crate::maps::Maps::load_with(data.session(), path)?;
+                if maps.digest() != digest {
+                    return Err(maps.refuse(format!("not the maps these statistics were accumulated with ({digest})")));
+                }
+                FittedMap { stages: maps.header.stages.clone(), pipeline: maps.pipeline, shift }
+            }
+            _ => FittedMap::build(self.meta.stages.clone(), want.dim, seed, Some(shift))?,
+        };
         let prep = Prepared {
-            maps: vec![FittedMap::build(self.meta.stages.clone(), want.dim, seed, Some(shift))?],
+            maps: vec![map],
             labels: Labels {
                 classes: self.meta.classes.clone(),
                 code: self.meta.output_code()?,
@@ -70,7 +81,7 @@ impl Statistics {
             c,
             fingerprint: self.meta.fingerprint.clone(),
             work,
-            maps_digest: None,
+            maps_digest: self.meta.maps.clone(),
         };
         let opts = RunOptions { keep_statistics: true, ..RunOptions::default() };
         let mut report = Reporter::silent();

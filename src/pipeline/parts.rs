@@ -67,8 +67,8 @@ pub(crate) struct PartMeta {
     /// merge with any parts of the same maps, whatever data they read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) maps: Option<String>,
-    /// Every input the part read, as `path|size|footer` (an object: `url|size|etag|footer`),
-    /// so that no input is counted twice.
+    /// Every row group the part read, as `path|size|footer#row group` (an object:
+    /// `url|size|etag|footer#row group`), so that no rows are counted twice.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) inputs: Vec<String>,
 }
@@ -189,17 +189,15 @@ fn check_parts_of_maps(parts: &[(&Path, &PartMeta)]) -> Result<()> {
             )));
         }
         for input in &m.inputs {
-            let (name, content) = input.split_once('|').unwrap_or((input.as_str(), ""));
-            for key in [format!("path {name}"), format!("content {content}")] {
-                if key == "content " {
-                    continue;
-                }
+            let (id, rg) = input.rsplit_once('#').unwrap_or((input.as_str(), "0"));
+            let (name, content) = id.split_once('|').unwrap_or((id, ""));
+            for key in [format!("path {name}#{rg}"), format!("content {content}#{rg}")] {
                 if let Some((other, was)) = seen.insert(key, (path, name)) {
                     if other != path {
                         return Err(bad(format!(
-                            "read {name}, and {} read {was}{}: its rows would be counted twice; leave one of the parts out",
+                            "read row group {rg} of {name}, and {} read it{}: its rows would be counted twice; leave one of the parts out",
                             other.display(),
-                            if was == name { "" } else { " (the same content)" }
+                            if was == name { String::new() } else { format!(" as {was} (the same content)") }
                         )));
                     }
                 }
@@ -351,6 +349,7 @@ impl Statistics {
         self.meta.merged.extend(meta.merged);
         self.meta.merged.sort_unstable();
         self.meta.units.extend(meta.units);
+        self.meta.inputs.extend(meta.inputs);
         Ok(())
     }
 }

@@ -136,8 +136,14 @@ impl Prepared {
 }
 
 /// Opens and checks the inputs, scans the classes, fits the stages and the shift on
-/// the pre-pass sample.
+/// the pre-pass sample — or, when the pipeline names a maps file (`run.maps`), takes the
+/// maps from it.
 pub fn prepare(session: &Session, checked: &CheckedPipeline, report: &mut Reporter) -> Result<Prepared> {
+    prepare_with(session, checked, None, report)
+}
+
+/// [`prepare`] without a maps file, whatever the pipeline names: the pre-pass itself.
+pub(crate) fn prepare_fresh(session: &Session, checked: &CheckedPipeline, report: &mut Reporter) -> Result<Prepared> {
     let spec = checked.spec();
     if spec.data.train.is_empty() {
         return Err(Error::config(&spec.source, "data.train", "no training files given"));
@@ -152,15 +158,18 @@ pub fn prepare(session: &Session, checked: &CheckedPipeline, report: &mut Report
     prepare_inputs(checked, labeled, unlabeled, report)
 }
 
-/// [`prepare`] with the maps of a maps file (`--maps`, read through `session`) when
-/// `maps` names one: no pre-pass; the maps' stages, shift and class list serve.
+/// [`prepare`] with the maps of a maps file (`maps`, else the pipeline's `run.maps`, read
+/// through `session`) when there is one: no pre-pass; the maps' stages, shift and class
+/// list serve.
 pub fn prepare_with(
     session: &Session,
     checked: &CheckedPipeline,
     maps: Option<&std::path::Path>,
     report: &mut Reporter,
 ) -> Result<Prepared> {
-    let Some(path) = maps else { return prepare(session, checked, report) };
+    let Some(path) = maps.or(checked.spec().run.maps.as_deref()) else {
+        return prepare_fresh(session, checked, report);
+    };
     let maps = Maps::load_with(session, path)?;
     let spec = checked.spec();
     if spec.data.train.is_empty() {
@@ -183,7 +192,11 @@ pub fn prepare_inputs(
     unlabeled: Option<Dataset>,
     report: &mut Reporter,
 ) -> Result<Prepared> {
-    prepare_opened(checked, (labeled, unlabeled), None, report)
+    let maps = match &checked.spec().run.maps {
+        Some(path) => Some(Maps::load_with(labeled.session(), path)?),
+        None => None,
+    };
+    prepare_opened(checked, (labeled, unlabeled), maps, report)
 }
 
 fn prepare_opened(

@@ -106,13 +106,7 @@ pub(crate) fn accumulate_part(
         None => prep.fingerprint.clone(),
     };
     let inputs = match &prep.maps_digest {
-        Some(_) => prep
-            .labeled
-            .identity()
-            .into_iter()
-            .chain(prep.unlabeled.iter().flat_map(Dataset::identity))
-            .map(|i| crate::identity::redact_urls(&i))
-            .collect(),
+        Some(_) => read_row_groups(&prep, &units),
         None => Vec::new(),
     };
     let meta = PartMeta {
@@ -135,6 +129,22 @@ pub(crate) fn accumulate_part(
     };
     let origin = prep.labeled.files.first().map_or_else(PathBuf::new, |f| f.path.clone());
     Ok(Statistics { origin, meta, blocks })
+}
+
+/// The row groups `units` of a prepared run as `identity#row group` (the identity:
+/// `path|size|footer`, an object's `url|size|etag|footer`), for the double-count check of
+/// parts over maps. Batches in memory have no identity and are not listed.
+fn read_row_groups(prep: &Prepared, units: &[usize]) -> Vec<String> {
+    let ids = [prep.labeled.identity(), prep.unlabeled.as_ref().map(Dataset::identity).unwrap_or_default()];
+    units
+        .iter()
+        .filter_map(|&u| {
+            let w = prep.work[u];
+            let id = ids[usize::from(w.unlabeled)].get(w.unit.file)?;
+            let id = crate::identity::redact_urls(id);
+            (id.split('|').nth(1) != Some("memory")).then(|| format!("{id}#{}", w.unit.row_group))
+        })
+        .collect()
 }
 
 /// What `solve` produced.
@@ -254,7 +264,8 @@ pub(crate) fn solve_loaded(
     let labels =
         Labels { classes: first.classes.clone(), code: first.output_code()?, features: first.features.clone() };
     let shift = blocks.iter().find(|(n, _)| n == "labeled" || n == "fold0").map(|(_, s)| s.shift.clone());
-    let map = match (&first.maps, &opts.maps) {
+    let maps_file = opts.maps.as_ref().or(checked.spec().run.maps.as_ref());
+    let map = match (&first.maps, maps_file) {
         (Some(digest), Some(path)) => {
             let maps = crate::maps::Maps::load_with(&opts.session, path)?;
             if maps.digest() != digest {

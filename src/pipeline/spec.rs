@@ -311,6 +311,10 @@ pub struct RunSpec {
     /// Precision of the Gram products: `"f64"` (default) or `"f32"`.
     #[serde(default)]
     pub gram: crate::stats::Precision,
+    /// A maps file (`fit-maps`) whose fitted maps the run uses instead of its pre-pass
+    /// (relative to the pipeline file; `--maps` overrides it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maps: Option<PathBuf>,
 }
 
 fn default_checkpoint_every() -> usize {
@@ -339,6 +343,7 @@ impl Default for RunSpec {
             checkpoint_every: default_checkpoint_every(),
             checkpoint: None,
             gram: crate::stats::Precision::F64,
+            maps: None,
         }
     }
 }

@@ -177,9 +177,11 @@ fn rebase(s: &mut String, base: &Path) {
 }
 
 fn resolve_paths(table: &mut toml::Table, base: &Path) {
-    if let Some(toml::Value::Table(ridge)) = table.get_mut("ridge") {
-        if let Some(toml::Value::String(s)) = ridge.get_mut("code_file") {
-            rebase(s, base);
+    for (section, key) in [("ridge", "code_file"), ("run", "maps")] {
+        if let Some(toml::Value::Table(t)) = table.get_mut(section) {
+            if let Some(toml::Value::String(s)) = t.get_mut(key) {
+                rebase(s, base);
+            }
         }
     }
     let Some(toml::Value::Table(data)) = table.get_mut("data") else {

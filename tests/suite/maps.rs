@@ -153,3 +153,26 @@ fn inputs_that_do_not_fit_the_maps_are_refused_by_name() {
     ]);
     refused(&out, "stages");
 }
+
+#[test]
+fn the_library_fits_maps_and_merges_landmark_statistics_of_any_data() {
+    use sketchfit::{Pipeline, Session};
+    let dir = TempDir::new("maps-api");
+    let text = std::fs::read_to_string(pipeline(&dir, 5)).unwrap();
+    let session = Session::new();
+    let base = Pipeline::from_toml_str(&text, "maps api").unwrap();
+    let (day1, day2) = (repo("data/digits_train.parquet"), repo("data/digits_test.parquet"));
+    let maps = base.fit_maps_with(&session, [day1.clone()]).unwrap();
+    let path = dir.path("api.maps");
+    maps.save_with(&session, &path).unwrap();
+    let p = base.maps(&path);
+    let first = p.accumulate_files([day1.clone()], (0, 1)).unwrap();
+    let mut merged = p.accumulate_files([day2.clone()], (0, 1)).unwrap();
+    merged.merge(first.clone()).unwrap();
+    // The same rows again would count twice.
+    let twice = merged.clone().merge(first).unwrap_err();
+    assert!(twice.to_string().contains("counted twice"), "{twice}");
+    let model = p.solve(vec![merged]).unwrap();
+    let one = p.fit_files([day1, day2]).unwrap();
+    assert!(rel(&model.weights, &one.weights) < 1e-9, "{:e}", rel(&model.weights, &one.weights));
+}
