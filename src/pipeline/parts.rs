@@ -67,8 +67,9 @@ pub(crate) struct PartMeta {
     /// merge with any parts of the same maps, whatever data they read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) maps: Option<String>,
-    /// Every row group the part read, as `path|size|footer#row group` (an object:
-    /// `url|size|etag|footer#row group`), so that no rows are counted twice.
+    /// Every row group the part read, as `path|size|footer#row group` (the canonical
+    /// path; an object: `url|size|etag|footer#row group`), so that no rows are counted
+    /// twice.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) inputs: Vec<String>,
 }
@@ -166,12 +167,12 @@ pub(crate) fn check_parts(parts: &[(&Path, &PartMeta)]) -> Result<()> {
 }
 
 /// The check of parts accumulated with one maps file: each names the same maps, keys and
-/// code (so their sums are of one map), and no input is in two of them — by path, or by
-/// content (a copy of a file under another name), which would count its rows twice.
+/// code (so their sums are of one map), and no row group of an input is in two of them
+/// (inputs compared by their canonical path or URL), which would count its rows twice.
 fn check_parts_of_maps(parts: &[(&Path, &PartMeta)]) -> Result<()> {
     let Some(&(first_path, first)) = parts.first() else { return Ok(()) };
-    let mut seen: std::collections::BTreeMap<String, (&Path, &str)> = std::collections::BTreeMap::new();
-    for &(path, m) in parts {
+    let mut seen: std::collections::BTreeMap<(String, String), (usize, &Path)> = std::collections::BTreeMap::new();
+    for (k, &(path, m)) in parts.iter().enumerate() {
         let bad = |message: String| Error::BadModel { path: path.to_path_buf(), message };
         if m.maps != first.maps {
             let name = |d: &Option<String>| d.as_deref().map_or("no maps file".to_string(), |d| format!("maps {d}"));
@@ -190,16 +191,13 @@ fn check_parts_of_maps(parts: &[(&Path, &PartMeta)]) -> Result<()> {
         }
         for input in &m.inputs {
             let (id, rg) = input.rsplit_once('#').unwrap_or((input.as_str(), "0"));
-            let (name, content) = id.split_once('|').unwrap_or((id, ""));
-            for key in [format!("path {name}#{rg}"), format!("content {content}#{rg}")] {
-                if let Some((other, was)) = seen.insert(key, (path, name)) {
-                    if other != path {
-                        return Err(bad(format!(
-                            "read row group {rg} of {name}, and {} read it{}: its rows would be counted twice; leave one of the parts out",
-                            other.display(),
-                            if was == name { String::new() } else { format!(" as {was} (the same content)") }
-                        )));
-                    }
+            let name = id.split('|').next().unwrap_or(id).to_string();
+            if let Some((j, other)) = seen.insert((name.clone(), rg.to_string()), (k, path)) {
+                if j != k {
+                    return Err(bad(format!(
+                        "read row group {rg} of {name}, and {} read it too: its rows would be counted twice; leave one of the parts out",
+                        other.display()
+                    )));
                 }
             }
         }

@@ -132,8 +132,9 @@ pub(crate) fn accumulate_part(
 }
 
 /// The row groups `units` of a prepared run as `identity#row group` (the identity:
-/// `path|size|footer`, an object's `url|size|etag|footer`), for the double-count check of
-/// parts over maps. Batches in memory have no identity and are not listed.
+/// `canonical path|size|footer`, an object's `url|size|etag|footer`), for the
+/// double-count check of parts over maps. Batches in memory have no identity and are not
+/// listed.
 fn read_row_groups(prep: &Prepared, units: &[usize]) -> Vec<String> {
     let ids = [prep.labeled.identity(), prep.unlabeled.as_ref().map(Dataset::identity).unwrap_or_default()];
     units
@@ -141,8 +142,16 @@ fn read_row_groups(prep: &Prepared, units: &[usize]) -> Vec<String> {
         .filter_map(|&u| {
             let w = prep.work[u];
             let id = ids[usize::from(w.unlabeled)].get(w.unit.file)?;
-            let id = crate::identity::redact_urls(id);
-            (id.split('|').nth(1) != Some("memory")).then(|| format!("{id}#{}", w.unit.row_group))
+            let (name, rest) = id.split_once('|')?;
+            if rest.starts_with("memory|") {
+                return None;
+            }
+            // A local file by its canonical path, so a link or `..` names it as itself.
+            let name = match crate::remote::is_remote(std::path::Path::new(name)) {
+                true => crate::identity::redact_urls(name),
+                false => std::fs::canonicalize(name).map_or(name.to_string(), |p| p.display().to_string()),
+            };
+            Some(format!("{name}|{rest}#{}", w.unit.row_group))
         })
         .collect()
 }
