@@ -32,6 +32,14 @@ pub struct Args {
     /// such as Nyström's landmarks.
     #[arg(long, value_name = "MAPS")]
     maps: Option<PathBuf>,
+    /// Solve only the last N parts given (a window: with a sorted glob of daily parts,
+    /// the last N days).
+    #[arg(long, value_name = "N")]
+    last: Option<usize>,
+    /// Also write the merged statistics of parts over a maps file to this file, one part
+    /// that later solves take with the new days' parts.
+    #[arg(long, value_name = "PART")]
+    statistics: Option<PathBuf>,
     /// Also write what the solve reported (plan, memory, solve, λ, warnings) as JSON.
     #[arg(long, value_name = "REPORT.json")]
     report: Option<PathBuf>,
@@ -41,21 +49,29 @@ pub fn run(session: &Session, a: Args) -> Result<()> {
     let spec = super::load_pipeline(session, &a.pipeline, &a.set)?;
     let checked = spec.check()?;
     let quiet = a.quiet;
-    for p in a.parts.iter().chain(&a.pass1).chain(&a.maps) {
+    // Globs (local, or of objects in a store) expand sorted, so a window is the last N.
+    let all = sketchfit::source::expand_paths(session, &a.parts)?;
+    let parts = match a.last {
+        Some(0) => return Err(sketchfit::Error::usage("--last", "a window of 0 parts solves nothing; give N ≥ 1")),
+        Some(n) => &all[all.len().saturating_sub(n)..],
+        None => &all[..],
+    };
+    for p in parts.iter().chain(&a.pass1).chain(&a.maps) {
         sketchfit::atomic::register_input(session, p);
     }
     let mut outputs: Vec<(&str, &std::path::Path)> = vec![("--output", &a.output)];
     outputs.extend(a.report.as_deref().map(|r| ("--report", r)));
+    outputs.extend(a.statistics.as_deref().map(|s| ("--statistics", s)));
     sketchfit::atomic::check_outputs(session, &outputs, None)?;
     let mut reporter = super::reporter(session, quiet);
     let opts = sketchfit::pipeline::RunOptions {
         session: session.clone(),
         maps: a.maps.clone(),
+        statistics: a.statistics.clone(),
         ..sketchfit::pipeline::RunOptions::default()
     };
     // The parts are the statistics on disk: a large fixed-λ solve may consume them.
-    let outcome =
-        solve_parts(&checked, &a.parts, (a.allow_partial, a.pass1.as_deref()), &a.output, &opts, &mut reporter)?;
+    let outcome = solve_parts(&checked, parts, (a.allow_partial, a.pass1.as_deref()), &a.output, &opts, &mut reporter)?;
     super::write_report(session, a.report.as_deref(), &reporter.report)?;
     let model = match outcome {
         SolveOutcome::Model(m) => *m,
@@ -71,7 +87,7 @@ pub fn run(session: &Session, a: Args) -> Result<()> {
     let mut out = format!(
         "solved {} rows from {} part(s): D = {}, components = {}, lambda = {}\n",
         h.rows,
-        a.parts.len(),
+        parts.len(),
         h.dim,
         h.components,
         sketchfit::pipeline::stream::lambda_text(&h.lambdas)

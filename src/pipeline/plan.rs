@@ -29,6 +29,9 @@ pub struct RunOptions {
     pub session: crate::session::Session,
     /// A maps file (`--maps`) whose fitted maps the run uses instead of a pre-pass.
     pub maps: Option<PathBuf>,
+    /// Where `solve` writes the merged statistics of parts over a maps file as one part
+    /// (`--statistics`), before it solves them.
+    pub statistics: Option<PathBuf>,
     /// Show a progress bar.
     pub progress: bool,
     /// Where to write checkpoints (none: no checkpoints).
@@ -384,10 +387,9 @@ impl Planner<'_> {
     }
 
     /// `auto` factors in f32 and refines (math.md §13.11) where the run already accepted
-    /// an f32 Gram and the factorisation is a cost worth halving: measured on 60,000-row
-    /// statistics it takes 0.53× the f64 Cholesky's time at D = 16,384 (14.6 s against
-    /// 27.5 s) with weights equal to 10⁻¹¹, and 0.6× at D = 4096, where both take under
-    /// a second.
+    /// an f32 Gram and the factorisation is a cost worth halving: from D = 8192 the f32
+    /// factor and its refinement take about half the f64 factor's time to the same
+    /// weights, while below it both take about a second (`SECTIONS=solve scripts/bench.sh`).
     fn f32_factor_pays(&self, dim: usize) -> bool {
         self.checked.spec().run.gram == crate::stats::Precision::F32 && dim >= 8192
     }
@@ -416,12 +418,11 @@ impl Planner<'_> {
         Some(if auto && !per_output && first.path == SolvePath::Tridiagonal { self.auto_factor(dim, 2) } else { first })
     }
 
-    /// Dense or block Krylov for `E` of `dim` (measured here, 60k rows, D = 4096, one
-    /// run: block Krylov takes 2.1 s for E = D/16 and 4.7 s for E = D/8 where the dense
-    /// decomposition takes 5.7 s; its basis grows to about 3E, so near E = D/4 it costs
-    /// more than dense). `auto` takes it up to D/8 from D = 2048 (below, dense takes under
-    /// a second and is exact to rounding) and up to D/4 where the dense matrices would
-    /// not fit.
+    /// Dense or block Krylov for `E` of `dim`: block Krylov's basis grows to about 3E, so
+    /// it beats the dense decomposition up to about E = D/8 and costs more near D/4
+    /// (`SECTIONS=solve scripts/bench.sh`). `auto` takes it up to D/8 from D = 2048
+    /// (below, dense is fast and exact to rounding) and up to D/4 where the dense matrices
+    /// would not fit.
     fn pca(&self, components: Components, dim: usize) -> PcaPlan {
         let PcaSettings { method, tolerance } = self.checked.pca;
         let krylov = match (method, components) {

@@ -156,6 +156,30 @@ fn read_row_groups(prep: &Prepared, units: &[usize]) -> Vec<String> {
         .collect()
 }
 
+/// The merged statistics of parts over one maps file, written as one part (`solve
+/// --statistics`): it lists every row group its parts read, so a later solve of it with
+/// new parts still refuses a row group counted twice.
+fn write_merged(
+    session: &crate::session::Session,
+    path: &Path,
+    first: &PartMeta,
+    parts: &[Statistics],
+    blocks: &[(String, GramStats)],
+) -> Result<()> {
+    if first.maps.is_none() {
+        return Err(Error::usage(
+            "--statistics",
+            "merged statistics are written for parts over a maps file (accumulate --maps); solve shards of one run as they are",
+        ));
+    }
+    let mut meta = first.clone();
+    meta.inputs = parts.iter().flat_map(|p| p.meta.inputs.iter().cloned()).collect();
+    meta.units = parts.iter().flat_map(|p| p.meta.units.iter().cloned()).collect();
+    meta.merged = parts.iter().skip(1).flat_map(|p| p.meta.shards_held()).collect();
+    let named: Vec<(&str, &GramStats)> = blocks.iter().map(|(n, s)| (n.as_str(), s)).collect();
+    crate::stats::stats_to_file(session, path, &named, serde_json::to_value(&meta).unwrap_or_default())
+}
+
 /// What `solve` produced.
 #[derive(Debug)]
 pub enum SolveOutcome {
@@ -235,6 +259,11 @@ pub(crate) fn solve_loaded(
     match &first.maps {
         Some(_) => report.say(format!("merged {} part(s) over one maps file", parts.len())),
         None => report.say(format!("merged {} shard(s) of {}", parts.len(), first.shards)),
+    }
+    if let Some(path) = &opts.statistics {
+        write_merged(&opts.session, path, &first, &parts, &blocks)?;
+        report
+            .say(format!("merged statistics written to {}", crate::identity::redact_urls(&path.display().to_string())));
     }
     // Solved without some shards, a stream over the training rows (k-fold scoring) must
     // see only the row groups the parts hold.

@@ -176,3 +176,64 @@ fn the_library_fits_maps_and_merges_landmark_statistics_of_any_data() {
     let one = p.fit_files([day1, day2]).unwrap();
     assert!(rel(&model.weights, &one.weights) < 1e-9, "{:e}", rel(&model.weights, &one.weights));
 }
+
+#[test]
+fn a_window_of_parts_and_merged_statistics_carry_a_long_window_forward() {
+    let dir = TempDir::new("maps-window");
+    let p = pipeline(&dir, 3);
+    let part = |name: &str| dir.path(name).to_string_lossy().into_owned();
+    let maps = part("m.maps");
+    ok(&sketchfit(&["fit-maps", &p, "-o", &maps, "-q"]));
+    let (day1, day2) = (repo("data/digits_train.parquet"), repo("data/digits_test.parquet"));
+    ok(&sketchfit(&["accumulate", &p, "--maps", &maps, "-i", &day1, "-o", &part("d1.sfs"), "-q"]));
+    ok(&sketchfit(&["accumulate", &p, "--maps", &maps, "-i", &day2, "-o", &part("d2.sfs"), "-q"]));
+    // The last day alone.
+    let last = ok(&sketchfit(&[
+        "solve",
+        &p,
+        &part("d1.sfs"),
+        &part("d2.sfs"),
+        "--last",
+        "1",
+        "--maps",
+        &maps,
+        "-o",
+        &part("last.sfm"),
+        "-q",
+    ]));
+    assert!(last.contains("solved 450 rows from 1 part(s)"), "{last}");
+    // Day 1 kept as one merged file, then solved with day 2: the model of both days.
+    ok(&sketchfit(&[
+        "solve",
+        &p,
+        &part("d1.sfs"),
+        "--maps",
+        &maps,
+        "--statistics",
+        &part("window.sfs"),
+        "-o",
+        &part("w.sfm"),
+        "-q",
+    ]));
+    ok(&sketchfit(&[
+        "solve",
+        &p,
+        &part("window.sfs"),
+        &part("d2.sfs"),
+        "--maps",
+        &maps,
+        "-o",
+        &part("carried.sfm"),
+        "-q",
+    ]));
+    ok(&sketchfit(&["solve", &p, &part("d1.sfs"), &part("d2.sfs"), "--maps", &maps, "-o", &part("both.sfm"), "-q"]));
+    let (c, b) = (weights(&part("carried.sfm")), weights(&part("both.sfm")));
+    assert!(rel(&c, &b) < 1e-12, "{:e}", rel(&c, &b));
+    // The merged file remembers what it read: day 1 again is refused.
+    let twice = sketchfit(&["solve", &p, &part("window.sfs"), &part("d1.sfs"), "--maps", &maps, "-o", &part("x.sfm")]);
+    refused(&twice, "counted twice");
+    refused(
+        &sketchfit(&["solve", &p, &part("d1.sfs"), "--last", "0", "--maps", &maps, "-o", &part("x.sfm")]),
+        "--last",
+    );
+}
