@@ -30,6 +30,10 @@ seed = 11
 """
 
 
+# The landmark map, which shards over a maps file fitted once.
+LANDMARKS = TEXT.replace('kind = "rff"\ndim = 512', 'kind = "nystrom"\nkernel = "gaussian"\ndim = 256')
+
+
 def _parts(tmp_path, files=3, rows=3000, d=12, seed=5):
     rng = np.random.default_rng(seed)
     out = []
@@ -51,11 +55,17 @@ def _close(model, single, files):
     np.testing.assert_array_equal(model.predict(probe), single.predict(probe))
 
 
-def test_spark_map_in_arrow_partitions_merge_to_the_one_process_model(tmp_path, monkeypatch):
+@pytest.mark.parametrize("landmarks", [False, True], ids=["rff", "nystrom-over-maps"])
+def test_spark_map_in_arrow_partitions_merge_to_the_one_process_model(tmp_path, monkeypatch, landmarks):
     import pyspark
     from pyspark.sql import SparkSession
 
     files = _parts(tmp_path)
+    text, maps = TEXT, None
+    if landmarks:
+        # Beside the data folder, which Spark reads whole.
+        text, maps = LANDMARKS, f"{tmp_path}-landmarks.maps"
+        sf.Pipeline(text, classes=[0, 1]).fit_maps(files, maps)
     monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
     monkeypatch.setenv("PYSPARK_DRIVER_PYTHON", sys.executable)
     monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
@@ -70,7 +80,7 @@ def test_spark_map_in_arrow_partitions_merge_to_the_one_process_model(tmp_path, 
         .getOrCreate()
     )
     try:
-        pipe = sf.Pipeline(TEXT, classes=[0, 1])
+        pipe = sf.Pipeline(text, classes=[0, 1], maps=maps)
         df = spark.read.parquet(str(tmp_path))
         n = df.rdd.getNumPartitions()
         assert n >= 2
@@ -95,9 +105,6 @@ def test_spark_map_in_arrow_partitions_merge_to_the_one_process_model(tmp_path, 
     single = base.empty_like((0, 1)).add(pipe, whole).solve(pipe)
     assert model.header["rows"] == single.header["rows"] == 9000
     _close(model, single, files)
-
-
-LANDMARKS = TEXT.replace('kind = "rff"\ndim = 512', 'kind = "nystrom"\nkernel = "gaussian"\ndim = 256')
 
 
 def _ray_part(text, files, i, n, maps=None):

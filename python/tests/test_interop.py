@@ -84,18 +84,20 @@ def test_statistics_files_move_both_ways(cli, pipeline_file, tmp_path, digits):
     np.testing.assert_allclose(py_model.decision_function(x), one.decision_function(x), rtol=1e-10, atol=1e-12)
 
 
-def _shard(pipeline_text, files, i, n):
+def _shard(pipeline_text, files, i, n, maps=None):
     import sketchfit as sf
 
-    return sf.Statistics.accumulate(sf.Pipeline(pipeline_text), files, shard=(i, n))
+    return sf.Statistics.accumulate(sf.Pipeline(pipeline_text, maps=maps), files, shard=(i, n))
 
 
 def _merge(a, b):
     return a.merge(b)
 
 
-def test_dask_tree_merge_equals_one_process(tmp_path):
-    """The Python guide's Dask recipe, on a local cluster of two worker processes."""
+@pytest.mark.parametrize("landmarks", [False, True], ids=["rff", "nystrom-over-maps"])
+def test_dask_tree_merge_equals_one_process(tmp_path, landmarks):
+    """The Python guide's Dask recipe, on a local cluster of two worker processes; the
+    landmark map shards over a maps file fitted once."""
     dask = pytest.importorskip("dask")
     distributed = pytest.importorskip("distributed")
     rng = np.random.default_rng(5)
@@ -120,15 +122,20 @@ lambda = "gcv"
 [run]
 seed = 11
 """
+    maps = None
+    if landmarks:
+        text = text.replace('kind = "rff"\ndim = 512', 'kind = "nystrom"\nkernel = "gaussian"\ndim = 256')
+        maps = str(tmp_path / "landmarks.maps")
+        sf.Pipeline(text).fit_maps(files, maps)
     n = 5
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, distributed.Client(cluster):
-        parts = [dask.delayed(_shard)(text, files, i, n) for i in range(n)]
+        parts = [dask.delayed(_shard)(text, files, i, n, maps) for i in range(n)]
         while len(parts) > 1:  # a tree of pairwise merges
             parts = [dask.delayed(_merge)(parts[k], parts[k + 1]) if k + 1 < len(parts) else parts[k] for k in range(0, len(parts), 2)]
         stats = parts[0].compute()
     assert sorted(stats.shards) == list(range(n)) and stats.rows == 9000
-    model = stats.solve(sf.Pipeline(text))
-    single = sf.Pipeline(text).fit(files)
+    model = stats.solve(sf.Pipeline(text, maps=maps))
+    single = sf.Pipeline(text, maps=maps).fit(files)
     probe = pq.read_table(files[0]).drop(["label"])
     a, b = model.decision_function(probe), single.decision_function(probe)
     assert np.max(np.abs(a - b)) <= 1e-10 * max(1.0, np.max(np.abs(b)))

@@ -443,3 +443,39 @@ def test_a_password_in_a_url_reaches_no_model_report_message_or_listing(env, tmp
         assert missing.returncode == 2 and secret not in missing.stderr and "***@" in missing.stderr, missing.stderr
     finally:
         server.shutdown()
+
+
+LANDMARKS = PIPELINE.replace(
+    'kind = "tensor_sketch"\ndegree = 3\noffset = 1.0\ndim = 1024', 'kind = "nystrom"\ndegree = 3\noffset = 1.0\ndim = 256'
+)
+
+
+def test_a_night_over_the_store_reads_only_the_new_day(env, s3, bucket, tmp_path):
+    """The retraining guide's night against the local S3 server: maps in the store, one
+    part per day, the solve over a glob of parts with a window; the landmark map's model
+    equals the local one's arrays."""
+    files = _digits_parts(tmp_path, parts=3)
+    _upload(s3, bucket, files, prefix="events")
+    job = tmp_path / "job.toml"
+    job.write_text(LANDMARKS.format(train=f"s3://{bucket}/events/part-0.parquet"))
+    maps = f"s3://{bucket}/maps/m.maps"
+    ok(env, "fit-maps", job, "-o", maps, "-q")
+    for day in range(3):
+        ok(env, "accumulate", job, "--maps", maps, "-i", f"s3://{bucket}/events/part-{day}.parquet",
+           "-o", f"s3://{bucket}/parts/day-{day}.sfs", "-q")
+    ok(env, "solve", job, f"s3://{bucket}/parts/day-*.sfs", "--last", "2", "--maps", maps,
+       "-o", f"s3://{bucket}/models/night.sfm", "-q")
+    # The same night from local files and a local copy of the maps.
+    local_maps = tmp_path / "m.maps"
+    local_maps.write_bytes(_get(s3, bucket, "maps/m.maps"))
+    for day in (1, 2):
+        ok(env, "accumulate", job, "--maps", local_maps, "-i", files[day], "-o", tmp_path / f"day-{day}.sfs", "-q")
+    ok(env, "solve", job, tmp_path / "day-1.sfs", tmp_path / "day-2.sfs", "--maps", local_maps,
+       "-o", tmp_path / "night.sfm", "-q")
+    assert _arrays(_get(s3, bucket, "models/night.sfm")) == _arrays((tmp_path / "night.sfm").read_bytes())
+    # A day given twice over the store is refused, and the parts and maps stay as they were.
+    before = _get(s3, bucket, "parts/day-2.sfs")
+    r = run(env, "solve", job, f"s3://{bucket}/parts/day-2.sfs", f"s3://{bucket}/parts/day-2.sfs", "--maps", maps,
+            "-o", f"s3://{bucket}/models/twice.sfm")
+    assert r.returncode == 2 and "counted twice" in r.stderr, r.stderr
+    assert _get(s3, bucket, "parts/day-2.sfs") == before
