@@ -36,6 +36,11 @@
 #            leaves no room for the f32 factor beside the statistics: cholesky_f32 with the
 #            factor in the Gram's own memory (the Gram read back from the checkpoint) next
 #            to the f64 factor in place at the same limit, back to back
+#   nightly  ten daily files of 60,000 × 784 rows (seeds 1…10, 7,500-row row groups), the
+#            pass's tensor sketch at D = 4096, fixed λ: fit-maps on day 1, one part per day
+#            (accumulate --maps), a night (day 10's part, then solve over the ten parts)
+#            next to train on all ten days with the same maps; the two models' weights
+#            compared (python3, numpy, safetensors from PYTHON's venv)
 #   huge     train at D = 65,536 (tensor sketch, f32 Gram, fixed λ) on the 60k file:
 #            the 16 GiB triangle, checkpointed, the f32 factor in the Gram's own memory
 #            (about 30 minutes on the 2-core Xeon)
@@ -285,6 +290,37 @@ if has spill; then
       rm -f "bench-data/spill-$d.sfm"
     done
   done
+fi
+
+if has nightly; then
+  days=""
+  for i in $(seq 1 10); do
+    [ -f "bench-data/day-$i.parquet" ] || $gen 60000 "bench-data/day-$i.parquet" 7500 "$i"
+    days="$days bench-data/day-$i.parquet"
+  done
+  pipeline nightly.toml day-1.parquet 4096 0.01
+  echo
+  echo "## nightly retraining, 10 days × 60,000 rows, D = 4096"
+  rm -f bench-data/nightly.maps bench-data/day-*.sfs bench-data/nightly-*.sfm
+  $bin fit-maps bench-data/nightly.toml -o bench-data/nightly.maps -q
+  for i in $(seq 1 9); do
+    $bin accumulate bench-data/nightly.toml --maps bench-data/nightly.maps -i "bench-data/day-$i.parquet" \
+      -o "bench-data/day-$i.sfs" -q >/dev/null
+  done
+  timed "night: accumulate day 10" $bin accumulate bench-data/nightly.toml --maps bench-data/nightly.maps \
+    -i bench-data/day-10.parquet -o bench-data/day-10.sfs -q
+  timed "night: solve over 10 parts" $bin solve bench-data/nightly.toml bench-data/day-*.sfs \
+    --maps bench-data/nightly.maps -o bench-data/nightly-parts.sfm -q
+  list=$(printf '"%s",' $days)
+  timed "retrain on all 10 days" $bin train bench-data/nightly.toml --maps bench-data/nightly.maps \
+    --set "data.train=[${list%,}]" -o bench-data/nightly-all.sfm -q
+  "$py" - <<'PY'
+import numpy as np
+from safetensors.numpy import load_file
+a = load_file("bench-data/nightly-parts.sfm")["weights"]
+b = load_file("bench-data/nightly-all.sfm")["weights"]
+print(f"weights, ten parts against one run: max relative difference {np.max(np.abs(a - b)) / np.max(np.abs(b)):.2e}")
+PY
 fi
 
 if has huge; then

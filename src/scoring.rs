@@ -16,15 +16,15 @@ use crate::sketch::FeaturePipeline;
 
 /// The rows of one block: about 1 MiB of f32 features, so the map's output is still in
 /// cache when the scores read it — or more where a map reads large parameters once per
-/// call (Nyström's factor: 1.2 GB at M = 24,576, read per block of 10 rows it made
+/// call (Nyström's factor, about 2M² bytes: read per block of a few rows, it would make
 /// scoring memory-bound).
 fn block_rows(pipeline: &FeaturePipeline) -> usize {
     ((1usize << 18) / pipeline.output_dim().max(1)).clamp(8, 1024).max(pipeline.min_block_rows())
 }
 
 /// The rows of one projection product: the product packs the basis (`D × E` f64, 32 MB
-/// at 4096 × 1024) once per call, so at [`block_rows`]' 64 rows packing took most of the
-/// time (33 GFLOP/s for `transform`); 512 rows amortise it, while the block's f64
+/// at 4096 × 1024) once per call, so at [`block_rows`]' 64 rows packing takes most of the
+/// time (`SECTIONS=score scripts/bench.sh`); 512 rows amortise it, while the block's f64
 /// features stay at most 16 MiB (64 rows at D ≥ 32,768).
 fn projection_rows(pipeline: &FeaturePipeline) -> usize {
     ((2usize << 20) / pipeline.output_dim().max(1)).clamp(64, 512).max(pipeline.min_block_rows())

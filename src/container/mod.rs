@@ -76,7 +76,7 @@ pub trait Header: Serialize + DeserializeOwned + Clone {
     /// The first version whose checksum covers the header (older ones: arrays only).
     const SEALED_FROM: u32;
     /// The first version sealed by XXH64 (older ones: FNV-1a 64, a byte at a time, whose
-    /// dependent multiply per byte held every write and read-back to about 0.6 GB/s).
+    /// dependent multiply per byte held every write and read-back far below memory speed).
     const XXH_FROM: u32;
     /// What to do with a file of an unsupported version.
     const HINT: &'static str;

@@ -250,13 +250,13 @@ pub struct PredictOptions {
 /// Bytes of a `transform` chunk's output features. The batch that owns them is freed
 /// after it is written, and an allocation of 32 MiB or more (glibc's largest mmap
 /// threshold) is mapped afresh each time and faulted in page by page: at 8,192 rows of
-/// 1,024 features that was most of `transform`'s system time (240k rows: 3.8 s at 32 MiB a
-/// chunk, 1.8 s at 16 MiB). Below it, freed chunks are reused.
+/// 1,024 features that was most of `transform`'s system time (`SECTIONS=score
+/// scripts/bench.sh`). Below it, freed chunks are reused.
 const OUTPUT_CHUNK_BYTES: usize = 16 << 20;
 
 /// Bytes of encoded rows a writer holds before it flushes a row group: the writer buffers a
-/// whole row group, and its default of 2^20 rows held 4.8 GB for a transform to 1024 PCA
-/// features (1.2M rows), where the output should cost what a chunk costs.
+/// whole row group, and its default of 2^20 rows of 1,024 PCA features is gigabytes,
+/// where the output should cost what a chunk costs.
 const ROW_GROUP_BYTES: usize = 64 << 20;
 
 /// Writer properties whose row groups hold about [`ROW_GROUP_BYTES`]: by rows of

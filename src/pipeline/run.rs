@@ -82,8 +82,8 @@ pub fn train_prepared(
     // An in-place factorisation consumes the Gram: the accumulation hands its whole state
     // to the checkpoint just before, so a failed or refused solve costs no pass
     // (`--resume` solves again from it). A solve that consumes nothing — the
-    // mixed-precision one unless it falls back — writes nothing (1 GiB and 6 s at
-    // D = 16,384), and a run resumed from a checkpoint that holds its whole last pass
+    // mixed-precision one unless it falls back — writes nothing (a write costs the Gram's
+    // size in disk and time), and a run resumed from a checkpoint that holds its whole last pass
     // (a solve killed after that write) has its state on disk already.
     let resumed = report.report.resumed.as_ref();
     let on_disk = resumed.is_some_and(|r| r.pass == acc.pass() && r.units_done == units.len());

@@ -35,8 +35,8 @@ const PART: usize = 16 << 20;
 type Stores = Vec<(String, Arc<dyn ObjectStore>)>;
 
 /// Fetch buffers a reader has finished with, kept for the next fetch: a pass over many
-/// row groups would otherwise fault in fresh pages for each (a 138 MB row group is 34k
-/// page faults, a quarter of a remote `predict`'s system time without the pool).
+/// row groups would otherwise fault in fresh pages for each, a large share of a remote
+/// `predict`'s system time (`SECTIONS=remote scripts/bench.sh`).
 type Spare = Arc<Mutex<Vec<Vec<u8>>>>;
 
 /// A storage's clients and the machinery they run on: one small tokio runtime (one

@@ -42,9 +42,9 @@ impl<'a> Operator<'a> {
         Operator { stats, threads: threads.max(1) }
     }
 
-    /// Each tile is read once for both of its products (measured at D = 16384, E = 1024:
-    /// the products took 32.9 s of a 54.4 s solve as one product per tile row, which read
-    /// every tile twice).
+    /// Each tile is read once for both of its products: one product per tile row reads
+    /// every tile twice, and the products are most of a large solve (`SECTIONS=solve
+    /// scripts/bench.sh`).
     fn apply(&self, x: MatRef<'_, f64>) -> Mat<f64> {
         let dim = self.stats.dim();
         let mut y = symmetric_times(&self.stats.gram, x, self.threads);
@@ -90,13 +90,12 @@ pub fn bytes_for(dim: usize, e: usize) -> u64 {
 ///
 /// Block Krylov with Rayleigh–Ritz: the basis grows by one orthonormalised block
 /// `C X_last` at a time (a Chebyshev-like polynomial filter, where subspace iteration
-/// only powers: measured at D = 4096, E = 256, 57 subspace steps against 15 Krylov
-/// blocks of E/2), up to about `3E`; then it restarts from the best Ritz vectors and the
+/// only powers, and needs several times the steps), up to about `3E`; then it restarts from the best Ritz vectors and the
 /// residual directions of the worst pairs. Blocks are E/16 columns (at least 32): a
 /// narrower block raises the filter's degree per column multiplied, and the basis work
-/// (`D·k` per column) and the products are both paid per column. Measured at D = 16384,
-/// E = 1024, whole `solve`: blocks of E/2 93.8 s, E/4 75.8 s, E/8 52.0 s, E/16 42.5 s,
-/// E/32 51.8 s (more Rayleigh–Ritz steps than the narrower block saves). `H = VᵀCV` and `WᵀW` (with `W = CV`) grow
+/// (`D·k` per column) and the products are both paid per column; narrower than E/16,
+/// the extra Rayleigh–Ritz steps cost more than the block saves (block widths compared
+/// by `SECTIONS=solve scripts/bench.sh`). `H = VᵀCV` and `WᵀW` (with `W = CV`) grow
 /// by one block per step, so each Rayleigh–Ritz costs a small eigenproblem; residuals
 /// come from `sᵀWᵀWs − θ²` and are measured exactly from `U` and `CU` before they are
 /// trusted.

@@ -12,8 +12,8 @@ use faer::{Accum, Mat, MatRef, Par};
 
 use crate::stats::{tile_len, TriGram, TILE};
 
-/// Column width of the blocks (measured in the band reduction at D = 8192: 128 ahead of
-/// 64, 192, 256 and 512).
+/// Column width of the blocks: the fastest of 64, 128, 192, 256 and 512 in the band
+/// reduction (`SECTIONS=solve scripts/bench.sh`, the eigen path).
 const COLS: usize = 128;
 
 // The Gram's tiles are split into column blocks, never across two tiles.

@@ -26,10 +26,9 @@ pub(super) const GROUP: usize = 64;
 
 /// The block buffers a pass reuses from chunk to chunk: the shifted, transposed copy of a
 /// block of rows (f64, or f32 for the f32 products) and the f32 path's widening buffers.
-/// Allocated afresh for every chunk they cost more than the work done in them: at
-/// D = 16,384 each chunk's 128 MiB block came back from the kernel as new pages (a
-/// fifth of a million page faults per 2,048 rows, measured by `perf` as 7 % of the pass's
-/// CPU in page clearing and TLB shootdowns).
+/// Allocated afresh for every chunk, a large block comes back from the kernel as new
+/// pages each time, and clearing and mapping them is a visible share of the pass at large
+/// D (`SECTIONS=pass scripts/bench.sh` under `perf`).
 #[derive(Debug, Default)]
 pub struct Blocks {
     f64s: Vec<f64>,

@@ -3,8 +3,8 @@
 //! factor. The statistics' fixed-λ solve, the mixed-precision solve's f32 copy and the
 //! Nyström map's landmark kernel all factor through it: right-looking over `TILE × TILE`
 //! tiles, so every step is a GEMM or a triangular solve of one tile and the rate is the
-//! tile kernel's (74 GFLOP/s in f64 at D = 65,536 on two cores, where faer's left-looking
-//! dense factor ran at 28–32 for M ≥ 28,672).
+//! tile kernel's, well above a left-looking dense factor's at these sizes (the benchmarks
+//! page, "Solves on the same statistics").
 
 use faer::linalg::matmul::matmul;
 use faer::linalg::triangular_solve::{solve_lower_triangular_in_place, solve_upper_triangular_in_place};

@@ -71,8 +71,8 @@ pub(crate) fn available_memory() -> Option<u64> {
 /// The memory limit in force: `run.memory_limit_mib`, or what the machine has available
 /// plus `held`, the bytes the run already holds that its plan counts (the maps, built
 /// before the plan): the machine's figure no longer includes them, and the plan's total
-/// does. Without that, a Nyström map of 4.7 GiB was counted twice and a run that fitted
-/// in 24 GiB was refused (20.1 GB needed, 18.5 "allowed" with 23.7 free).
+/// does. Without `held` those maps would count twice: once in the plan and once as memory
+/// the machine no longer has.
 pub(crate) fn memory_limit(checked: &CheckedPipeline, held: u64) -> Option<u64> {
     match checked.spec().run.memory_limit_mib {
         0 => available_memory().map(|a| a.saturating_add(held)),
@@ -83,7 +83,8 @@ pub(crate) fn memory_limit(checked: &CheckedPipeline, held: u64) -> Option<u64> 
 
 /// The largest Gram copy a fixed-λ solve makes when the statistics are safe on disk
 /// anyway: past it (D above about 8,000) factoring them in place saves more memory than
-/// writing them costs time (1 GiB at D = 16,384 against a pass of minutes).
+/// writing them costs time (a Gram's bytes against a pass that reads every row:
+/// `SECTIONS=spill scripts/bench.sh`).
 pub(super) const COPY_WHEN_ON_DISK_MAX: u64 = 256 << 20;
 
 /// Rows per chunk in the pass: `run.chunk_rows`, lowered so that one chunk's features

@@ -380,8 +380,8 @@ fn a_pca_counts_its_own_memory_block_krylov_a_basis_and_two_passes_each_stages_d
     let dim = 16384;
     let dense_bytes = (3 * 8 * dim * dim) as u64;
     // 1024 of 16,384 components by block Krylov: a basis of about 3E columns, where the
-    // dense decomposition's three D × D matrices would be 6 GiB. (Until this was counted,
-    // `auto`'s Krylov run was refused by the dense path's memory.)
+    // dense decomposition's three D × D matrices would be 6 GiB, which must not refuse a
+    // Krylov run.
     let krylov = spec("[pca]\ncomponents = 1024\n[run]\nmemory_limit_mib = 4000\n").unwrap();
     let (plan, memory) = Plan::decide(&krylov, &facts(100_000, dim), &opts).unwrap();
     assert!(matches!(&plan, Plan::Primal(p) if p.pca.and_then(|p| p.krylov) == Some(1024)), "{plan:?}");

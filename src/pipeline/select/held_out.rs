@@ -119,8 +119,8 @@ fn score_sets(
     let mut out = SetScores::new(n_sets, c);
     let mut z = Vec::new();
     let needs = map.needs_nonnegative();
-    // The pass's chunk rows, which the memory line counts the scoring buffers by: a
-    // chunk of `run.chunk_rows` held 3.5× that at D = 28,672 (1.4 GiB above the line).
+    // The pass's chunk rows, which the memory line counts the scoring buffers by: a chunk
+    // of `run.chunk_rows` at large D would hold more than the line states.
     let chunk = chunk_rows_for(spec.run.chunk_rows, dim, false);
     crate::pipeline::stream::stream(&ds, &ds.units(), chunk, &mut |ch: Chunk| {
         check_nonnegative(needs, &ch, &ds.features)?;
