@@ -144,18 +144,8 @@ pub fn prepare(session: &Session, checked: &CheckedPipeline, report: &mut Report
 
 /// [`prepare`] without a maps file, whatever the pipeline names: the pre-pass itself.
 pub(crate) fn prepare_fresh(session: &Session, checked: &CheckedPipeline, report: &mut Reporter) -> Result<Prepared> {
-    let spec = checked.spec();
-    if spec.data.train.is_empty() {
-        return Err(Error::config(&spec.source, "data.train", "no training files given"));
-    }
-    session.storage().set_options(crate::remote::Layer::Pipeline, &spec.storage)?;
-    let labeled = Dataset::open(session, &spec.data.train, checked.columns())?;
-    let unlabeled = if spec.data.unlabeled.is_empty() {
-        None
-    } else {
-        Some(Dataset::open(session, &spec.data.unlabeled, checked.feature_only_columns())?)
-    };
-    prepare_inputs(checked, labeled, unlabeled, report)
+    let inputs = open_training(session, checked)?;
+    prepare_opened(checked, inputs, None, report)
 }
 
 /// [`prepare`] with the maps of a maps file (`maps`, else the pipeline's `run.maps`, read
@@ -170,7 +160,15 @@ pub fn prepare_with(
     let Some(path) = maps.or(checked.spec().run.maps.as_deref()) else {
         return prepare_fresh(session, checked, report);
     };
+    // The inputs first: they put the pipeline's `[storage]` options in force, which a maps
+    // file in the same store is read with.
+    let inputs = open_training(session, checked)?;
     let maps = Maps::load_with(session, path)?;
+    prepare_opened(checked, inputs, Some(maps), report)
+}
+
+/// The pipeline's training inputs opened in `session`, under its `[storage]` options.
+fn open_training(session: &Session, checked: &CheckedPipeline) -> Result<(Dataset, Option<Dataset>)> {
     let spec = checked.spec();
     if spec.data.train.is_empty() {
         return Err(Error::config(&spec.source, "data.train", "no training files given"));
@@ -182,7 +180,7 @@ pub fn prepare_with(
     } else {
         Some(Dataset::open(session, &spec.data.unlabeled, checked.feature_only_columns())?)
     };
-    prepare_opened(checked, (labeled, unlabeled), Some(maps), report)
+    Ok((labeled, unlabeled))
 }
 
 /// [`prepare`] on inputs already opened (files, or batches in memory).

@@ -43,6 +43,9 @@ fn a_run_on_fitted_maps_gives_the_model_of_the_run_that_fitted_them() {
     let maps = dir.path("m.maps");
     let said = ok(&sketchfit(&["fit-maps", &p, "-o", maps.to_str().unwrap(), "-q"]));
     assert!(said.contains("maps of 1 stage(s), D = 256") && said.contains("digest"), "{said}");
+    // fit-maps fits the maps a pipeline's `run.maps` would name; it never reads that file.
+    let set = format!("run.maps=\"{}\"", dir.path("not-yet.maps").display());
+    ok(&sketchfit(&["fit-maps", &p, "--set", &set, "-o", dir.path("again.maps").to_str().unwrap(), "-q"]));
     let (a, b) = (dir.path("a.sfm"), dir.path("b.sfm"));
     ok(&sketchfit(&["train", &p, "-o", a.to_str().unwrap(), "-q"]));
     let run = sketchfit(&["train", &p, "--maps", maps.to_str().unwrap(), "-o", b.to_str().unwrap()]);
