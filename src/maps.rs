@@ -137,19 +137,6 @@ impl Maps {
         Ok(maps)
     }
 
-    /// A fresh copy of the built stages (for a run that consumes its map).
-    pub fn rebuilt(&self) -> Result<FeaturePipeline> {
-        let d = self.header.features.dim;
-        let stages = self
-            .pipeline
-            .stages()
-            .iter()
-            .map(|s| Stage::from_params(&s.spec, d, &s.params()))
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(|e| Error::bug_from("stored maps rebuild", e))?;
-        Ok(FeaturePipeline::from_stages(stages, d))
-    }
-
     /// An error about these maps, naming their file.
     pub fn refuse(&self, message: impl Into<String>) -> Error {
         let path = self.origin.clone().unwrap_or_else(|| PathBuf::from("(maps in memory)"));

@@ -64,11 +64,6 @@ impl Session {
     pub(crate) fn count_unit(&self) -> usize {
         self.inner.units_done.fetch_add(1, Ordering::Relaxed) + 1
     }
-
-    /// Whether `self` and `other` are one session.
-    pub fn same(&self, other: &Session) -> bool {
-        Arc::ptr_eq(&self.inner, &other.inner)
-    }
 }
 
 /// A registered input: as it was given, and what it names.
