@@ -68,6 +68,14 @@ class Pipeline:
             raise TypeError("fit_maps reads Parquet files: give paths or globs")
         return self._core.fit_maps(paths, os.fspath(path), session(storage_options))
 
+    def solve(self, parts, decay=None, weights=None) -> "Model":
+        """Merges statistics and solves them into a model. Parts over a maps file (one
+        per day, say, oldest first) merge whatever data each read, and may be weighted:
+        ``decay=H`` weighs the last part 1 and each part ``H`` parts older half as much,
+        ``weights=[...]`` gives one weight per part; the model is then weighted ridge
+        over their rows."""
+        return Model(self._core.solve([p._core for p in parts], decay, None if weights is None else list(weights)))
+
     def __reduce__(self):
         return (Pipeline, (self.text, self.classes, self.maps))
 

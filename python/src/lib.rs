@@ -188,10 +188,29 @@ impl PyPipeline {
         py.detach(|| self.inner.add(s, b)).map_err(py_err)
     }
 
-    /// Solves merged statistics into a model.
-    fn solve(&self, py: Python<'_>, parts: Vec<PyRef<'_, PyStatistics>>) -> PyResult<PyModel> {
+    /// Merges statistics and solves them into a model; parts over a maps file may be
+    /// weighted by age (`decay`, a half-life in parts) or one weight each (`weights`).
+    #[pyo3(signature = (parts, decay=None, weights=None))]
+    fn solve(
+        &self,
+        py: Python<'_>,
+        parts: Vec<PyRef<'_, PyStatistics>>,
+        decay: Option<f64>,
+        weights: Option<Vec<f64>>,
+    ) -> PyResult<PyModel> {
         let parts: Vec<Statistics> = parts.iter().map(|p| p.inner.clone()).collect();
-        let model = py.detach(|| self.inner.solve(parts)).map_err(py_err)?;
+        let weighed = match (decay, weights) {
+            (Some(_), Some(_)) => return Err(PyValueError::new_err("give decay or weights, not both")),
+            (Some(h), None) => Some(sketchfit::PartWeights::HalfLife(h)),
+            (None, Some(w)) => Some(sketchfit::PartWeights::Each(w)),
+            (None, None) => None,
+        };
+        let model = py
+            .detach(|| match weighed {
+                Some(w) => self.inner.solve_weighted(parts, w),
+                None => self.inner.solve(parts),
+            })
+            .map_err(py_err)?;
         Ok(PyModel { inner: model })
     }
 }

@@ -166,6 +166,31 @@ def test_partitions_with_fixed_parameters_merge(digits):
         parts[0].empty_like((0, 4)).add(pipe, table(X, y)).merge(parts[1]).merge(parts[2]).solve(pipe)
 
 
+def test_days_over_maps_solve_weighted(tmp_path):
+    """``Pipeline.solve`` over parts of one maps file: a weight of 2 is the day counted
+    twice (its file copied), and ``decay`` and ``weights`` are refused together."""
+    text = (REPO / "pipelines" / "digits_nystrom.toml").read_text()
+    text = text.replace('"../data/', f'"{REPO}/data/').replace("dim = 1024", "dim = 128")
+    maps = str(tmp_path / "m.maps")
+    sf.Pipeline(text).fit_maps([str(REPO / "data" / "digits_train.parquet")], maps)
+    pipe = sf.Pipeline(text, maps=maps)
+    day1, day2 = REPO / "data" / "digits_test_0to4.parquet", REPO / "data" / "digits_test_5to9.parquet"
+    copy = tmp_path / "copy.parquet"
+    copy.write_bytes(day1.read_bytes())
+    parts = {k: sf.Statistics.accumulate(pipe, [str(f)]) for k, f in (("a", day1), ("copy", copy), ("b", day2))}
+    weighted = pipe.solve([parts["a"], parts["b"]], weights=[2, 1])
+    twice = pipe.solve([parts["a"], parts["copy"], parts["b"]])
+    probe = pq.read_table(day2).drop(["label"])
+    a, b = weighted.decision_function(probe), twice.decision_function(probe)
+    assert np.max(np.abs(a - b)) <= 1e-9 * np.max(np.abs(b))
+    decayed = pipe.solve([parts["a"], parts["b"]], decay=1.0).decision_function(probe)
+    assert np.max(np.abs(decayed - pipe.solve([parts["a"], parts["b"]], weights=[0.5, 1]).decision_function(probe))) == 0
+    with pytest.raises(ValueError, match="not both"):
+        pipe.solve([parts["a"], parts["b"]], decay=1.0, weights=[1, 1])
+    with pytest.raises(ValueError, match="1 weight"):
+        pipe.solve([parts["a"], parts["b"]], weights=[1])
+
+
 def test_model_file_roundtrip_and_damage(tmp_path, digits):
     X, y, Xt, _, _, _, _ = digits
     est = sf.SketchRidgeClassifier(stages=[{"kind": "rff", "dim": 256}], random_state=0).fit(X, y)

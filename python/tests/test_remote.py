@@ -479,3 +479,43 @@ def test_a_night_over_the_store_reads_only_the_new_day(env, s3, bucket, tmp_path
             "-o", f"s3://{bucket}/models/twice.sfm")
     assert r.returncode == 2 and "counted twice" in r.stderr, r.stderr
     assert _get(s3, bucket, "parts/day-2.sfs") == before
+
+
+def _guide_script(name):
+    """The shell block of the batch-jobs guide whose second line names `name`."""
+    text = (REPO / "docs" / "src" / "guide" / "batch-jobs.md").read_text()
+    for block in text.split("```sh\n")[1:]:
+        body = block.split("```", 1)[0]
+        lines = body.splitlines()
+        if len(lines) > 1 and lines[1].startswith(f"# {name}: "):
+            return body
+    raise AssertionError(f"no script {name} in the batch-jobs guide")
+
+
+def test_the_guides_nightly_script_runs_two_nights_over_the_store(env, s3, bucket, tmp_path):
+    """The guide's cron script (the CronJob runs it too), as printed, over the local S3
+    server: two nights, each reading only its own day; the second night's model is the
+    local model of both days."""
+    script = tmp_path / "nightly.sh"
+    script.write_text(_guide_script("nightly.sh"))
+    files = _digits_parts(tmp_path, parts=2)
+    days = ["2026-12-05", "2026-12-06"]
+    for day, f in zip(days, files):
+        s3.upload_file(str(f), bucket, f"events/date={day}/{f.name}")
+    job = tmp_path / "job.toml"
+    job.write_text(LANDMARKS.format(train=f"s3://{bucket}/events/date={days[0]}/*.parquet"))
+    ok(env, "fit-maps", job, "-o", f"s3://{bucket}/maps/2026-12.maps", "-q")
+    night_env = dict(env, LAKE=f"s3://{bucket}", PATH=os.path.dirname(_bin()) + os.pathsep + env.get("PATH", ""))
+    for day in days:
+        r = subprocess.run(["sh", str(script)], cwd=tmp_path, env=dict(night_env, DAY=day),
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+    local_maps = tmp_path / "m.maps"
+    local_maps.write_bytes(_get(s3, bucket, "maps/2026-12.maps"))
+    for i, f in enumerate(files):
+        ok(env, "accumulate", job, "--maps", local_maps, "-i", f, "-o", tmp_path / f"day-{i}.sfs", "-q")
+    ok(env, "solve", job, tmp_path / "day-0.sfs", tmp_path / "day-1.sfs", "--maps", local_maps,
+       "-o", tmp_path / "both.sfm", "-q")
+    assert _arrays(_get(s3, bucket, f"models/{days[1]}.sfm")) == _arrays((tmp_path / "both.sfm").read_bytes())
+    # The first night's model holds its day alone.
+    assert _header(_get(s3, bucket, f"models/{days[0]}.sfm"))["rows"] == len(pq.read_table(files[0]))

@@ -39,6 +39,23 @@ struct FittedMap {
 impl FeatureMap {
     /// Fits the stages' data-dependent parameters on the pre-pass sample of `batches`
     /// and draws the maps from the pipeline's seed.
+    ///
+    /// ```
+    /// # let read = |p: &str| -> Vec<arrow_array::RecordBatch> {
+    /// #     let f = std::fs::File::open(p).unwrap();
+    /// #     let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f).unwrap();
+    /// #     r.build().unwrap().map(|b| b.unwrap()).collect()
+    /// # };
+    /// use sketchfit::api::FeatureMap;
+    /// use sketchfit::sketch::RffSpec;
+    /// let pipeline = sketchfit::Pipeline::classification("label")
+    ///     .features(["px*"])
+    ///     .stage(RffSpec { dim: 128, ..Default::default() }); // σ by the median heuristic
+    /// let map = FeatureMap::fit(&pipeline, read("data/digits_train.parquet"))?;
+    /// let (z, rows) = map.transform(read("data/digits_test.parquet"))?;
+    /// assert_eq!(z.len(), rows * map.dim());
+    /// # Ok::<(), sketchfit::Error>(())
+    /// ```
     pub fn fit(pipeline: &Pipeline, batches: impl IntoIterator<Item = RecordBatch>) -> Result<FeatureMap> {
         let spec = &pipeline.spec;
         if spec.stages.is_empty() {
@@ -67,6 +84,24 @@ impl FeatureMap {
 
     /// The fitted parameters as JSON (stages, feature columns, seed): small, since
     /// the maps are redrawn from the seed by [`FeatureMap::from_json`].
+    ///
+    /// ```
+    /// # let read = |p: &str| -> Vec<arrow_array::RecordBatch> {
+    /// #     let f = std::fs::File::open(p).unwrap();
+    /// #     let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f).unwrap();
+    /// #     r.build().unwrap().map(|b| b.unwrap()).collect()
+    /// # };
+    /// # use sketchfit::api::FeatureMap;
+    /// # use sketchfit::sketch::RffSpec;
+    /// # let pipeline = sketchfit::Pipeline::classification("label")
+    /// #     .features(["px*"])
+    /// #     .stage(RffSpec { dim: 128, ..Default::default() });
+    /// # let map = FeatureMap::fit(&pipeline, read("data/digits_train.parquet"))?;
+    /// let again = FeatureMap::from_json(&map.to_json()?)?;
+    /// let test = read("data/digits_test.parquet");
+    /// assert_eq!(again.transform(test.clone())?, map.transform(test)?);
+    /// # Ok::<(), sketchfit::Error>(())
+    /// ```
     pub fn to_json(&self) -> Result<String> {
         let arrays = self
             .pipeline
@@ -90,6 +125,22 @@ impl FeatureMap {
 
     /// The fitted stages, feature columns and seed as JSON, without the fitted arrays
     /// [`FeatureMap::to_json`] carries: what a caller reads the fitted keys from.
+    ///
+    /// ```
+    /// # let read = |p: &str| -> Vec<arrow_array::RecordBatch> {
+    /// #     let f = std::fs::File::open(p).unwrap();
+    /// #     let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f).unwrap();
+    /// #     r.build().unwrap().map(|b| b.unwrap()).collect()
+    /// # };
+    /// # use sketchfit::api::FeatureMap;
+    /// # use sketchfit::sketch::RffSpec;
+    /// # let pipeline = sketchfit::Pipeline::classification("label")
+    /// #     .features(["px*"])
+    /// #     .stage(RffSpec { dim: 128, ..Default::default() });
+    /// # let map = FeatureMap::fit(&pipeline, read("data/digits_train.parquet"))?;
+    /// assert!(map.spec_json()?.contains("\"rff\""));
+    /// # Ok::<(), sketchfit::Error>(())
+    /// ```
     pub fn spec_json(&self) -> Result<String> {
         let f = FittedMap {
             stages: self.stages.clone(),
@@ -101,6 +152,23 @@ impl FeatureMap {
     }
 
     /// Rebuilds a map from [`FeatureMap::to_json`], checking every stage again.
+    ///
+    /// ```
+    /// # let read = |p: &str| -> Vec<arrow_array::RecordBatch> {
+    /// #     let f = std::fs::File::open(p).unwrap();
+    /// #     let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f).unwrap();
+    /// #     r.build().unwrap().map(|b| b.unwrap()).collect()
+    /// # };
+    /// # use sketchfit::api::FeatureMap;
+    /// # use sketchfit::sketch::RffSpec;
+    /// # let pipeline = sketchfit::Pipeline::classification("label")
+    /// #     .features(["px*"])
+    /// #     .stage(RffSpec { dim: 128, ..Default::default() });
+    /// # let map = FeatureMap::fit(&pipeline, read("data/digits_train.parquet"))?;
+    /// let text = map.to_json()?;
+    /// assert_eq!(FeatureMap::from_json(&text)?.dim(), 128);
+    /// # Ok::<(), sketchfit::Error>(())
+    /// ```
     pub fn from_json(text: &str) -> Result<FeatureMap> {
         let f: FittedMap = serde_json::from_str(text)
             .map_err(|e| Error::config("feature map", "-", format!("not a fitted feature map: {e}")))?;
@@ -139,17 +207,66 @@ impl FeatureMap {
     }
 
     /// The fitted stages.
+    ///
+    /// ```
+    /// # let read = |p: &str| -> Vec<arrow_array::RecordBatch> {
+    /// #     let f = std::fs::File::open(p).unwrap();
+    /// #     let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f).unwrap();
+    /// #     r.build().unwrap().map(|b| b.unwrap()).collect()
+    /// # };
+    /// # use sketchfit::api::FeatureMap;
+    /// # use sketchfit::sketch::RffSpec;
+    /// # let pipeline = sketchfit::Pipeline::classification("label")
+    /// #     .features(["px*"])
+    /// #     .stage(RffSpec { dim: 128, ..Default::default() });
+    /// # let map = FeatureMap::fit(&pipeline, read("data/digits_train.parquet"))?;
+    /// assert_eq!(map.stages().len(), 1);
+    /// # Ok::<(), sketchfit::Error>(())
+    /// ```
     pub fn stages(&self) -> &[StageSpec] {
         &self.stages
     }
 
     /// The output width `D`.
+    ///
+    /// ```
+    /// # let read = |p: &str| -> Vec<arrow_array::RecordBatch> {
+    /// #     let f = std::fs::File::open(p).unwrap();
+    /// #     let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f).unwrap();
+    /// #     r.build().unwrap().map(|b| b.unwrap()).collect()
+    /// # };
+    /// # use sketchfit::api::FeatureMap;
+    /// # use sketchfit::sketch::RffSpec;
+    /// # let pipeline = sketchfit::Pipeline::classification("label")
+    /// #     .features(["px*"])
+    /// #     .stage(RffSpec { dim: 128, ..Default::default() });
+    /// # let map = FeatureMap::fit(&pipeline, read("data/digits_train.parquet"))?;
+    /// assert_eq!(map.dim(), 128);
+    /// # Ok::<(), sketchfit::Error>(())
+    /// ```
     pub fn dim(&self) -> usize {
         self.pipeline.output_dim()
     }
 
     /// `z(x)` of every row of record batches with the columns it was fitted on
     /// (row-major `rows × D`), and the rows.
+    ///
+    /// ```
+    /// # let read = |p: &str| -> Vec<arrow_array::RecordBatch> {
+    /// #     let f = std::fs::File::open(p).unwrap();
+    /// #     let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f).unwrap();
+    /// #     r.build().unwrap().map(|b| b.unwrap()).collect()
+    /// # };
+    /// # use sketchfit::api::FeatureMap;
+    /// # use sketchfit::sketch::RffSpec;
+    /// # let pipeline = sketchfit::Pipeline::classification("label")
+    /// #     .features(["px*"])
+    /// #     .stage(RffSpec { dim: 128, ..Default::default() });
+    /// # let map = FeatureMap::fit(&pipeline, read("data/digits_train.parquet"))?;
+    /// let (z, rows) = map.transform(read("data/digits_test.parquet"))?;
+    /// assert_eq!((rows, z.len()), (450, 450 * 128));
+    /// # Ok::<(), sketchfit::Error>(())
+    /// ```
     pub fn transform(&self, batches: impl IntoIterator<Item = RecordBatch>) -> Result<(Vec<f32>, usize)> {
         let f = &self.features;
         let columns = ColumnSpec {

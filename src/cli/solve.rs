@@ -2,7 +2,7 @@ use std::path::PathBuf;
 
 use sketchfit::error::Result;
 use sketchfit::pipeline::predict::{evaluate, Evaluation};
-use sketchfit::pipeline::{solve_parts, SolveOutcome};
+use sketchfit::pipeline::{solve_parts, PartWeights, SolveOutcome};
 use sketchfit::Session;
 
 /// `sketchfit solve PIPELINE PART… -o MODEL`
@@ -36,6 +36,14 @@ pub struct Args {
     /// the last N days).
     #[arg(long, value_name = "N")]
     last: Option<usize>,
+    /// Weigh parts over a maps file by age: the last part weighs 1, one HALF_LIFE parts
+    /// older ½, and so on (2^(−age/HALF_LIFE)), so the model forgets old days smoothly.
+    #[arg(long, value_name = "HALF_LIFE", conflicts_with = "weights")]
+    decay: Option<f64>,
+    /// Weigh parts over a maps file by these weights, one per part in the parts' order
+    /// (after --last), each above 0.
+    #[arg(long, value_name = "W,W,…", value_delimiter = ',')]
+    weights: Option<Vec<f64>>,
     /// Also write the merged statistics of parts over a maps file to this file, one part
     /// that later solves take with the new days' parts.
     #[arg(long, value_name = "PART")]
@@ -68,6 +76,11 @@ pub fn run(session: &Session, a: Args) -> Result<()> {
         session: session.clone(),
         maps: a.maps.clone(),
         statistics: a.statistics.clone(),
+        weights: match (a.decay, a.weights) {
+            (Some(h), _) => Some(PartWeights::HalfLife(h)),
+            (None, Some(w)) => Some(PartWeights::Each(w)),
+            (None, None) => None,
+        },
         ..sketchfit::pipeline::RunOptions::default()
     };
     // The parts are the statistics on disk: a large fixed-λ solve may consume them.

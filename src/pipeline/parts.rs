@@ -385,3 +385,45 @@ pub fn parse_shard(s: &str) -> Result<(usize, usize)> {
     }
     Ok((i, n))
 }
+
+/// Weights of the parts `solve` merges, in the order they are given (a sorted glob of
+/// daily parts: oldest first). Each part's sums are scaled by its weight before they add,
+/// so the model is weighted ridge over the rows: old days count less, smoothly.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PartWeights {
+    /// `--decay H`: the newest part weighs 1 and every part `H` parts older half as much,
+    /// `w_k = 2^(−(P−1−k)/H)`. Exponential, so a merged window decayed this way and
+    /// solved later with one more day weighs alike to the same days decayed at once.
+    HalfLife(f64),
+    /// `--weights`: one weight per part, in order.
+    Each(Vec<f64>),
+}
+
+impl PartWeights {
+    /// The weight of each of `parts` parts; every one finite and positive, or the flag's
+    /// usage error.
+    pub fn resolve(&self, parts: usize) -> Result<Vec<f64>> {
+        let weights: Vec<f64> = match self {
+            PartWeights::HalfLife(h) if h.is_finite() && *h > 0.0 => {
+                (0..parts).map(|k| (-((parts - 1 - k) as f64) / h).exp2()).collect()
+            }
+            PartWeights::HalfLife(h) => {
+                return Err(Error::usage("--decay", format!("a half-life of {h} parts; give a number above 0")))
+            }
+            PartWeights::Each(w) if w.len() != parts => {
+                return Err(Error::usage(
+                    "--weights",
+                    format!("{} weight(s) for {parts} part(s); give one per part, in the parts' order", w.len()),
+                ))
+            }
+            PartWeights::Each(w) => w.clone(),
+        };
+        if let Some((k, w)) = weights.iter().enumerate().find(|(_, w)| !(w.is_finite() && **w > 0.0)) {
+            return Err(Error::usage(
+                "--weights",
+                format!("part {} has weight {w}; weights are above 0 (leave a part out to drop it)", k + 1),
+            ));
+        }
+        Ok(weights)
+    }
+}

@@ -32,6 +32,8 @@ pub struct RunOptions {
     /// Where `solve` writes the merged statistics of parts over a maps file as one part
     /// (`--statistics`), before it solves them.
     pub statistics: Option<PathBuf>,
+    /// How `solve` weighs parts over a maps file (none: every row weighs 1).
+    pub weights: Option<crate::pipeline::parts::PartWeights>,
     /// Show a progress bar.
     pub progress: bool,
     /// Where to write checkpoints (none: no checkpoints).

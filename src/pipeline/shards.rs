@@ -12,7 +12,7 @@ use crate::model::Model;
 use crate::pipeline::accumulate::merge_blocks;
 use crate::pipeline::assemble::{assemble, Fitted};
 use crate::pipeline::check::CheckedPipeline;
-use crate::pipeline::parts::{check_parts, check_parts_match, load_pass1, FileKind, PartMeta, Statistics};
+use crate::pipeline::parts::{check_parts, check_parts_match, load_pass1, FileKind, PartMeta, PartWeights, Statistics};
 use crate::pipeline::pass::{accumulate, run_pass, Run};
 use crate::pipeline::plan::{Facts, Plan, RunOptions};
 use crate::pipeline::prepare::Labels;
@@ -180,6 +180,28 @@ fn write_merged(
     crate::stats::stats_to_file(session, path, &named, serde_json::to_value(&meta).unwrap_or_default())
 }
 
+/// Scales each part's sums by its weight (parts over a maps file only: the shards of
+/// one run are one data set, not a series).
+fn weigh(parts: &mut [Statistics], over_maps: bool, weights: &PartWeights, report: &mut Reporter) -> Result<()> {
+    let flag = match weights {
+        PartWeights::HalfLife(_) => "--decay",
+        PartWeights::Each(_) => "--weights",
+    };
+    if !over_maps {
+        return Err(Error::usage(
+            flag,
+            "parts are weighted when they are accumulated over a maps file (accumulate --maps); the shards of one run are one data set",
+        ));
+    }
+    let w = weights.resolve(parts.len())?;
+    for (p, &w) in parts.iter_mut().zip(&w) {
+        p.blocks.iter_mut().for_each(|(_, s)| s.scale(w));
+    }
+    let shown: Vec<String> = w.iter().map(|w| format!("{w:.4}")).collect();
+    report.say(format!("parts weighted, oldest first: {}", shown.join(" ")));
+    Ok(())
+}
+
 /// What `solve` produced.
 #[derive(Debug)]
 pub enum SolveOutcome {
@@ -247,6 +269,9 @@ pub(crate) fn solve_loaded(
         ));
     }
     parts.sort_by_key(|p| p.meta.shard);
+    if let Some(weights) = &opts.weights {
+        weigh(&mut parts, first.maps.is_some(), weights, report)?;
+    }
     // Take the parts' statistics rather than copy them, and free each once merged: at
     // large D a part is gigabytes.
     let mut blocks = std::mem::take(&mut parts[0].blocks);

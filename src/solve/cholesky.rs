@@ -61,9 +61,9 @@ pub fn solve_in_place(l: &TriGram, b: &mut Mat<f64>) {
 /// Gram to factor in place, or a copy to keep them). Returns `W` (row-major `D × c`) and
 /// `b`, folded as `f(z) = Wᵀz + b`.
 pub fn ridge_fixed(stats: &GramStats, mut work: TriGram, lambda: f64, threads: usize) -> Result<(Vec<f64>, Vec<f64>)> {
-    let n = stats.n as f64;
+    let n = stats.weight;
     if n > 0.0 {
-        // C = G − s sᵀ / n.
+        // C = G − s sᵀ / W.
         work.add_sym_rank2(&stats.s, &stats.s, -0.5 / n);
     }
     work.add_diagonal(lambda);
@@ -86,7 +86,7 @@ pub(crate) fn not_positive_definite(lambda: f64, pivot: usize) -> Error {
 /// `B = C_zy = T − s uᵀ / n`, `D × c`.
 pub(crate) fn centred_rhs(stats: &GramStats) -> Mat<f64> {
     let c = stats.c;
-    let inv = if stats.n > 0 { 1.0 / stats.n as f64 } else { 0.0 };
+    let inv = stats.inv_weight();
     Mat::<f64>::from_fn(stats.dim(), c, |i, k| stats.t[i * c + k] - stats.s[i] * stats.u[k] * inv)
 }
 
@@ -94,7 +94,7 @@ pub(crate) fn centred_rhs(stats: &GramStats) -> Mat<f64> {
 /// the unshifted feature means.
 pub(crate) fn folded(stats: &GramStats, w: &Mat<f64>) -> (Vec<f64>, Vec<f64>) {
     let (dim, c) = (stats.dim(), stats.c);
-    let inv = if stats.n > 0 { 1.0 / stats.n as f64 } else { 0.0 };
+    let inv = stats.inv_weight();
     let weights: Vec<f64> = (0..dim).flat_map(|i| (0..c).map(move |k| (i, k))).map(|(i, k)| w[(i, k)]).collect();
     let bias = (0..c)
         .map(|k| {
@@ -165,7 +165,7 @@ pub(crate) mod tests {
         assert_eq!(factor_in_place(&mut g, 0.0, 1), Err(1));
         // Statistics whose Gram is indefinite (a damaged or foreign file) at a small λ.
         let mut st = GramStats::new(vec![0.0; 2], 1);
-        st.n = 4;
+        (st.n, st.weight) = (4, 4.0);
         st.gram = TriGram::from_raw(2, vec![1.0, 2.0, 2.0, 1.0]).unwrap();
         match ridge_fixed(&st, st.gram.clone(), 0.1, 1) {
             Err(Error::NotPositiveDefinite { lambda, pivot, .. }) => assert_eq!((lambda, pivot), (0.1, 1)),

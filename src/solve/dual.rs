@@ -140,12 +140,13 @@ impl RowStats {
             }
         }
         let cyy = (0..c).map(|k| yc.iter().skip(k).step_by(c).map(|v| v * v).sum()).collect();
-        let labeled = Centered { n: n as u64, mean, cov: Vec::new(), czy, ymean, cyy, max_g_diag };
+        let labeled = Centered { n: n as u64, weight: n as f64, mean, cov: Vec::new(), czy, ymean, cyy, max_g_diag };
         // The kernel problem as statistics of n "features" with nothing to centre:
         // the Cholesky and tridiagonal paths solve (K_c + λI) α = Y_c as they are.
         let mut stats = GramStats {
             shift: vec![0.0; n],
             n: n as u64,
+            weight: n as f64,
             s: vec![0.0; n],
             gram: kernel,
             c,
@@ -300,11 +301,11 @@ mod tests {
         let (kept, st) = rows(n, dim, c, 7);
         let dual = kept.solve(&LambdaChoice::Gcv { per_output: true }, 2).unwrap();
         let DualKernel::Gcv { problem, .. } = &dual.kernel else { panic!("no GCV form") };
-        let got = problem.gcv(dual.labeled.n, &dual.labeled.cyy);
+        let got = problem.gcv(dual.labeled.weight, &dual.labeled.cyy);
         let cl = st.centered();
         let pca = Pca::fit(&cl, Components::All).unwrap();
         let primal = RotatedProblem::new(&pca, &cl, true, false).unwrap();
-        let want = primal.gcv(cl.n, &cl.cyy);
+        let want = primal.gcv(cl.weight, &cl.cyy);
         assert!(rel(&got.grid, &want.grid) < 1e-10);
         for i in 0..want.grid.len() {
             // At the grid's smallest λ, df ≈ n and GCV is 0/0 in both: compare the rest.

@@ -49,7 +49,7 @@ impl<'a> Operator<'a> {
         let dim = self.stats.dim();
         let mut y = symmetric_times(&self.stats.gram, x, self.threads);
         // − s (sᵀ X) / n.
-        let n = self.stats.n as f64;
+        let n = self.stats.weight;
         if n > 0.0 {
             let s = &self.stats.s;
             for k in 0..x.ncols() {
@@ -113,7 +113,7 @@ pub fn top_eigen(
     let par = if threads > 1 { Par::rayon(threads) } else { Par::Seq };
     let (b, cap) = (block_width(dim, e), capacity(dim, e));
     let op = Operator::new(stats, threads);
-    let n = stats.n as f64;
+    let n = stats.weight;
     let diag = stats.gram.diagonal();
     let trace = diag.iter().zip(&stats.s).map(|(g, s)| g - if n > 0.0 { s * s / n } else { 0.0 }).sum();
     let mut rng = StageRng::new(seed, 0x5ca1e);

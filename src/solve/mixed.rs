@@ -148,7 +148,7 @@ fn spilled(
 /// as the f64 path does it.
 fn round_tile(stats: &GramStats, (ti, tj): (usize, usize), tile: &[f64], out: &mut [f32], lambda: f64) {
     let dim = stats.dim();
-    let inv = if stats.n > 0 { 1.0 / stats.n as f64 } else { 0.0 };
+    let inv = stats.inv_weight();
     let cols = tile_len(dim, tj);
     for (x, (row, grow)) in out.chunks_mut(cols).zip(tile.chunks(cols)).enumerate() {
         let i = ti * TILE + x;
@@ -290,7 +290,7 @@ fn residual(stats: &GramStats, b: &Mat<f64>, w: &Mat<f64>, lambda: f64, gw: Mat<
     let (dim, c) = (stats.dim(), w.ncols());
     // The sums of the product do not depend on the thread count (`symmetric`).
     let mut r = b - gw;
-    let inv = if stats.n > 0 { 1.0 / stats.n as f64 } else { 0.0 };
+    let inv = stats.inv_weight();
     let stw: Vec<f64> = (0..c).map(|k| (0..dim).map(|i| stats.s[i] * w[(i, k)]).sum::<f64>() * inv).collect();
     for k in 0..c {
         for i in 0..dim {

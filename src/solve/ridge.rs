@@ -219,8 +219,8 @@ impl Ridge {
     /// The GCV curve (none when λ was fixed).
     pub fn gcv(&self, labeled: &Centered) -> Option<GcvCurve> {
         match self {
-            Ridge::Eigen(p) | Ridge::Tridiagonal { problem: p, .. } => Some(p.gcv(labeled.n, &labeled.cyy)),
-            Ridge::Dual(d) => Some(d.problem.gcv(labeled.n, &labeled.cyy)),
+            Ridge::Eigen(p) | Ridge::Tridiagonal { problem: p, .. } => Some(p.gcv(labeled.weight, &labeled.cyy)),
+            Ridge::Dual(d) => Some(d.problem.gcv(labeled.weight, &labeled.cyy)),
             Ridge::Solved { .. } => None,
         }
     }

@@ -150,10 +150,10 @@ impl RotatedProblem {
         (sigma_bar, lambda_grid(sigma_bar))
     }
 
-    /// GCV scores over the grid (stable form) for `n` labeled rows with `c_yy`.
-    pub fn gcv(&self, n: u64, cyy: &[f64]) -> GcvCurve {
+    /// GCV scores over the grid (stable form) for labeled rows of total weight `n` (their
+    /// count when unweighted) with `c_yy`.
+    pub fn gcv(&self, n: f64, cyy: &[f64]) -> GcvCurve {
         let (sigma_bar, grid) = self.grid();
-        let n = n as f64;
         let c = self.c;
         let keep: Vec<bool> = self.sigma.iter().map(|&s| s > self.tau).collect();
         let lsq: Vec<f64> = (0..c)
@@ -251,7 +251,7 @@ impl RotatedProblem {
     /// Ridge with λ chosen as asked.
     pub fn solve(&self, labeled: &Centered, lambda: &LambdaChoice) -> RidgeFit {
         let c = self.c;
-        let gcv = matches!(lambda, LambdaChoice::Gcv { .. }).then(|| self.gcv(labeled.n, &labeled.cyy));
+        let gcv = matches!(lambda, LambdaChoice::Gcv { .. }).then(|| self.gcv(labeled.weight, &labeled.cyy));
         let lambdas = lambda.pick(gcv.as_ref(), c).unwrap_or_default();
         let w = self.coefficients(&lambdas);
         let (weights, bias) = self.fold(&w, labeled);

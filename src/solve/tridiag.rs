@@ -49,8 +49,7 @@ impl Tridiagonal {
     /// [`Tridiagonal::new`] with the two-stage reduction's band half-width.
     fn with_band(stats: &GramStats, threads: usize, band: usize) -> Result<Tridiagonal> {
         let (dim, c) = (stats.dim(), stats.c);
-        let n = stats.n as f64;
-        let inv = if n > 0.0 { 1.0 / n } else { 0.0 };
+        let inv = stats.inv_weight();
         let mut a = Mat::<f64>::zeros(dim, dim);
         for (i, j, block) in stats.gram.tiles() {
             let (ri, rj) = (tile_range(dim, i), tile_range(dim, j));
@@ -315,12 +314,12 @@ mod against_dense {
             let form = Tridiagonal::with_band(st, 2, band).unwrap();
             assert!(rel(&form.sigma, &pca.eigenvalues) < 1e-10);
             let fast = form.problem(pca.tau);
-            let (a, b) = (fast.gcv(cl.n, &cl.cyy), dense.gcv(cl.n, &cl.cyy));
+            let (a, b) = (fast.gcv(cl.weight, &cl.cyy), dense.gcv(cl.weight, &cl.cyy));
             assert!(rel(&a.grid, &b.grid) < 1e-12);
             assert!(rel(&a.df, &b.df) < 1e-10);
             // Where df comes within one of n (rows ≈ rank, λ → 0) GCV is 0/0 and its
             // digits are rounding; elsewhere the curves agree.
-            let n = cl.n as f64;
+            let n = cl.weight;
             let sound: Vec<usize> = (0..a.df.len()).filter(|&i| b.df[i] < n - 1.0).collect();
             let pick = |v: &[f64]| sound.iter().map(|&i| v[i]).collect::<Vec<f64>>();
             let (ca, cb) = (pick(&a.shared), pick(&b.shared));

@@ -87,6 +87,7 @@ impl GramStats {
             }
         }
         self.n += rows as u64;
+        self.weight += rows as f64;
         Ok(())
     }
 

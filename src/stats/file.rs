@@ -8,8 +8,9 @@ use crate::container::ContainerError;
 use crate::error::{Error, Result};
 
 /// Statistics file format version (2: the checksum covers the header too; 3: the seal is
-/// XXH64, not FNV-1a).
-pub const STATS_VERSION: u32 = 3;
+/// XXH64, not FNV-1a; 4: a block may carry its rows' total weight, so a release that
+/// would read weighted sums as counted ones refuses the file).
+pub const STATS_VERSION: u32 = 4;
 const STATS_FORMAT: &str = "sketchfit-stats";
 
 /// FNV-1a 64 over byte slices, hex (see [`crate::container::checksum`]).
@@ -47,6 +48,9 @@ impl crate::container::Header for StatsHeader {
 struct BlockHeader {
     name: String,
     n: u64,
+    /// The rows' total weight when it is not `n` (parts weighted by `solve --decay`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    weight: Option<f64>,
     dim: usize,
     c: usize,
 }
@@ -97,7 +101,16 @@ fn stats_header(blocks: &[(&str, &GramStats)], meta: serde_json::Value) -> Stats
         format: STATS_FORMAT.into(),
         version: STATS_VERSION,
         checksum: String::new(),
-        blocks: blocks.iter().map(|(n, s)| BlockHeader { name: n.to_string(), n: s.n, dim: s.dim(), c: s.c }).collect(),
+        blocks: blocks
+            .iter()
+            .map(|(n, s)| BlockHeader {
+                name: n.to_string(),
+                n: s.n,
+                weight: (s.weight != s.n as f64).then_some(s.weight),
+                dim: s.dim(),
+                c: s.c,
+            })
+            .collect(),
         meta,
     }
 }
@@ -217,6 +230,10 @@ fn stats_blocks(
     };
     for b in &header.blocks {
         let (dim, c) = (b.dim, b.c);
+        let weight = b.weight.unwrap_or(b.n as f64);
+        if !(weight.is_finite() && weight >= 0.0) {
+            return Err(ContainerError::Inconsistent(format!("block '{}' has weight {weight}", b.name)));
+        }
         let gram = TriGram::from_raw(dim, get(&format!("{}.gram", b.name), TriGram::len_for(dim))?)
             .ok_or_else(|| ContainerError::Inconsistent("the Gram array does not match its dimension".into()))?;
         out.push((
@@ -224,6 +241,7 @@ fn stats_blocks(
             GramStats {
                 shift: get(&format!("{}.shift", b.name), dim)?,
                 n: b.n,
+                weight,
                 s: get(&format!("{}.s", b.name), dim)?,
                 gram,
                 c,

@@ -43,6 +43,10 @@ pub struct GramStats {
     pub shift: Vec<f64>,
     /// Row count.
     pub n: u64,
+    /// The rows' total weight `W`: `n` unless parts were weighted when they merged
+    /// (`solve --decay`, `--weights`), when every sum below is a weighted sum and `W`
+    /// takes `n`'s place in the centring.
+    pub weight: f64,
     /// `Σ(z−μ)`.
     pub s: Vec<f64>,
     /// `Σ(z−μ)(z−μ)ᵀ`, lower triangle.
@@ -62,6 +66,8 @@ pub struct GramStats {
 pub struct Centered {
     /// Rows.
     pub n: u64,
+    /// The rows' total weight (`n` when unweighted).
+    pub weight: f64,
     /// `z̄`.
     pub mean: Vec<f64>,
     /// `C = G − ssᵀ/n`, full row-major `D × D`.
@@ -82,6 +88,7 @@ impl GramStats {
         let dim = shift.len();
         GramStats {
             n: 0,
+            weight: 0.0,
             s: vec![0.0; dim],
             gram: TriGram::zeros(dim),
             c,
@@ -155,6 +162,7 @@ impl GramStats {
         GramStats {
             shift: self.shift.clone(),
             n: self.n,
+            weight: self.weight,
             s: self.s.clone(),
             gram: self.gram.clone(),
             c: 0,
@@ -164,11 +172,11 @@ impl GramStats {
         }
     }
 
-    /// Moves the shift to `new` exactly: `G' = G − sδᵀ − δsᵀ + nδδᵀ`, `s' = s − nδ`,
+    /// Moves the shift to `new` exactly: `G' = G − sδᵀ − δsᵀ + Wδδᵀ`, `s' = s − Wδ`,
     /// `T' = T − δuᵀ` with `δ = μ' − μ`.
     pub fn reshift(&mut self, new: &[f64]) {
         assert_eq!(new.len(), self.dim());
-        let n = self.n as f64;
+        let n = self.weight;
         let delta: Vec<f64> = new.iter().zip(&self.shift).map(|(a, b)| a - b).collect();
         // −sδᵀ − δsᵀ + nδδᵀ = −(s − nδ/2)δᵀ − δ(s − nδ/2)ᵀ
         let half: Vec<f64> = self.s.iter().zip(&delta).map(|(s, d)| s - 0.5 * n * d).collect();
@@ -209,9 +217,11 @@ impl GramStats {
         let sign = if minus { -1.0 } else { 1.0 };
         if minus {
             self.n -= other.n;
+            self.weight -= other.weight;
             self.gram.sub_assign(&other.gram);
         } else {
             self.n += other.n;
+            self.weight += other.weight;
             self.gram.add_assign(&other.gram);
         }
         for (a, b) in
@@ -222,10 +232,29 @@ impl GramStats {
         Ok(())
     }
 
+    /// `1 / W`, or 0 for no rows: the centring's factor.
+    pub fn inv_weight(&self) -> f64 {
+        if self.weight > 0.0 {
+            1.0 / self.weight
+        } else {
+            0.0
+        }
+    }
+
+    /// Scales every sum and the total weight by `w > 0` (the row count stays): the
+    /// statistics of the same rows, each weighing `w` times as much.
+    pub fn scale(&mut self, w: f64) {
+        self.weight *= w;
+        self.gram.scale(w);
+        for v in [&mut self.s, &mut self.t, &mut self.u, &mut self.v] {
+            v.iter_mut().for_each(|x| *x *= w);
+        }
+    }
+
     /// The shift-free quantities, with the dense covariance `C` (`D × D`).
     pub fn centered(&self) -> Centered {
         let dim = self.dim();
-        let n = self.n as f64;
+        let n = self.weight;
         let mut out = self.moments();
         let mut cov = self.gram.to_full();
         if n > 0.0 {
@@ -243,7 +272,7 @@ impl GramStats {
     /// the solve paths that work on the tiled Gram need.
     pub fn moments(&self) -> Centered {
         let (dim, c) = (self.dim(), self.c);
-        let inv = if self.n > 0 { 1.0 / self.n as f64 } else { 0.0 };
+        let inv = self.inv_weight();
         let max_g_diag = self.gram.diagonal().into_iter().fold(0.0, f64::max);
         let mean = self.shift.iter().zip(&self.s).map(|(m, s)| m + s * inv).collect();
         let mut czy = self.t.clone();
@@ -254,7 +283,7 @@ impl GramStats {
         }
         let ymean = self.u.iter().map(|u| u * inv).collect();
         let cyy = self.v.iter().zip(&self.u).map(|(v, u)| v - u * u * inv).collect();
-        Centered { n: self.n, mean, cov: Vec::new(), czy, ymean, cyy, max_g_diag }
+        Centered { n: self.n, weight: self.weight, mean, cov: Vec::new(), czy, ymean, cyy, max_g_diag }
     }
 }
 

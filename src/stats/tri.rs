@@ -223,6 +223,11 @@ impl TriGram {
         self.data.iter_mut().zip(&other.data).for_each(|(a, b)| *a += b);
     }
 
+    /// `G *= w` (weighted parts).
+    pub fn scale(&mut self, w: f64) {
+        self.data.iter_mut().for_each(|a| *a *= w);
+    }
+
     /// `G −= G'` (the statistics of all rows but some).
     pub fn sub_assign(&mut self, other: &TriGram) {
         self.data.iter_mut().zip(&other.data).for_each(|(a, b)| *a -= b);

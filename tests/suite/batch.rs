@@ -120,6 +120,18 @@ fn sharded_runs_give_the_single_process_model_and_duplicates_are_refused() {
                 assert!(stderr(&out).contains(key), "{set}: {}", stderr(&out));
                 assert!(!other.exists());
             }
+            // Shards of one run are one data set: weighing them by age is refused.
+            let parts_args = [parts[0].as_str(), parts[1].as_str(), parts[2].as_str()];
+            let out = sketchfit(
+                &[
+                    &["solve", p.as_str()][..],
+                    &parts_args[..],
+                    &["--decay", "1", "-o", dir.path("d.sfm").to_str().unwrap()],
+                ]
+                .concat(),
+            );
+            assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+            assert!(stderr(&out).contains("accumulated over a maps file"), "{}", stderr(&out));
             // A missing shard is an error unless allowed.
             let out = sketchfit(&["solve", &p, &parts[0], &parts[2], "-o", dir.path("miss.sfm").to_str().unwrap()]);
             assert_eq!(out.status.code(), Some(2));

@@ -111,7 +111,7 @@ fn check_derived(cen: &Centered, exp: &Value, what: &str) {
 }
 
 fn check_gcv(prob: &RotatedProblem, cen: &Centered, exp: &Value, what: &str) {
-    let g = prob.gcv(cen.n, &cen.cyy);
+    let g = prob.gcv(cen.weight, &cen.cyy);
     close(&[g.sigma_bar], &[exp["sigma_bar"].as_f64().unwrap()], 1e-9, &format!("{what}: sigma_bar"));
     close(&g.grid, &vec1(&exp["grid"]), 1e-9, &format!("{what}: grid"));
     close(&g.df, &vec1(&exp["df"]), 1e-9, &format!("{what}: df"));

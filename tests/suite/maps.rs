@@ -240,3 +240,88 @@ fn a_window_of_parts_and_merged_statistics_carry_a_long_window_forward() {
         "--last",
     );
 }
+
+#[test]
+fn weighted_parts_are_weighted_ridge_and_a_decayed_window_carries_forward() {
+    let dir = TempDir::new("maps-weights");
+    let p = pipeline(&dir, 3);
+    let part = |name: &str| dir.path(name).to_string_lossy().into_owned();
+    let maps = part("m.maps");
+    ok(&sketchfit(&["fit-maps", &p, "-o", &maps, "-q"]));
+    // A copy of a day's file is another input: counting it is counting that day twice.
+    let copy = part("copy_0to4.parquet");
+    std::fs::copy(repo("data/digits_test_0to4.parquet"), &copy).unwrap();
+    let days = [
+        ("d1.sfs", repo("data/digits_test_0to4.parquet")),
+        ("copy.sfs", copy.clone()),
+        ("d2.sfs", repo("data/digits_test_5to9.parquet")),
+        ("d3.sfs", repo("data/digits_train.parquet")),
+    ];
+    for (name, input) in &days {
+        ok(&sketchfit(&["accumulate", &p, "--maps", &maps, "-i", input, "-o", &part(name), "-q"]));
+    }
+    let solve = |parts: &[&str], extra: &[&str], out: &str| {
+        let mut args: Vec<String> = vec!["solve".into(), p.clone()];
+        args.extend(parts.iter().map(|n| part(n)));
+        args.extend(["--maps".into(), maps.clone(), "-o".into(), part(out)]);
+        args.extend(extra.iter().map(|s| s.to_string()));
+        sketchfit(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    // A weight of 2 is the day counted twice: the weighted ridge model.
+    let weighted = solve(&["d1.sfs", "d2.sfs"], &["--weights", "2,1"], "w.sfm");
+    ok(&weighted);
+    assert!(stderr(&weighted).contains("parts weighted, oldest first: 2.0000 1.0000"), "{}", stderr(&weighted));
+    ok(&solve(&["d1.sfs", "copy.sfs", "d2.sfs"], &["-q"], "twice.sfm"));
+    let (w, twice) = (weights(&part("w.sfm")), weights(&part("twice.sfm")));
+    assert!(rel(&w, &twice) < 1e-10, "{:e}", rel(&w, &twice));
+    // Decay over three days = the first two decayed into one file, solved with the third.
+    let all = solve(&["d1.sfs", "d2.sfs", "d3.sfs"], &["--decay", "1"], "all.sfm");
+    ok(&all);
+    assert!(stderr(&all).contains("oldest first: 0.2500 0.5000 1.0000"), "{}", stderr(&all));
+    ok(&solve(&["d1.sfs", "d2.sfs"], &["--decay", "1", "--statistics", &part("win.sfs"), "-q"], "x.sfm"));
+    ok(&solve(&["win.sfs", "d3.sfs"], &["--decay", "1", "-q"], "carried.sfm"));
+    let (a, c) = (weights(&part("all.sfm")), weights(&part("carried.sfm")));
+    assert!(rel(&a, &c) < 1e-10, "{:e}", rel(&a, &c));
+    // Forgetting changes the model: the same three days unweighted are another one.
+    ok(&solve(&["d1.sfs", "d2.sfs", "d3.sfs"], &["-q"], "flat.sfm"));
+    assert!(rel(&a, &weights(&part("flat.sfm"))) > 1e-3);
+    // Refusals name the flag.
+    refused(&solve(&["d1.sfs", "d2.sfs"], &["--weights", "1"], "r.sfm"), "1 weight(s) for 2 part(s)");
+    refused(&solve(&["d1.sfs", "d2.sfs"], &["--weights", "0,1"], "r.sfm"), "part 1 has weight 0");
+    refused(&solve(&["d1.sfs", "d2.sfs"], &["--decay", "0"], "r.sfm"), "--decay");
+    refused(&solve(&["d1.sfs", "d2.sfs"], &["--decay", "1", "--weights", "1,1"], "r.sfm"), "--weights");
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "fault-injection"),
+    ignore = "needs the fault-injection hooks: cargo test --features fault-injection (scripts/test.sh)"
+)]
+fn a_killed_accumulate_over_maps_resumes_to_the_same_part() {
+    let dir = TempDir::new("maps-resume");
+    let p = pipeline(&dir, 3);
+    let part = |name: &str| dir.path(name).to_string_lossy().into_owned();
+    let maps = part("m.maps");
+    ok(&sketchfit(&["fit-maps", &p, "-o", &maps, "-q"]));
+    let day = repo("data/digits_train.parquet"); // three row groups
+    let accumulate = |out: &str, abort: Option<usize>, resume: bool| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_sketchfit"));
+        cmd.args(["accumulate", &p, "--maps", &maps, "-i", &day, "-o", out, "-q", "--set", "run.checkpoint_every=1"]);
+        if resume {
+            cmd.arg("--resume");
+        }
+        if let Some(n) = abort {
+            cmd.env("SKETCHFIT_TEST_ABORT_AFTER_UNITS", n.to_string());
+        }
+        cmd.output().unwrap()
+    };
+    ok(&accumulate(&part("whole.sfs"), None, false));
+    for k in [1usize, 2] {
+        let out = part(&format!("cut{k}.sfs"));
+        let cut = accumulate(&out, Some(k), false);
+        assert_ne!(cut.status.code(), Some(0), "the hook stops the pass after {k} row groups");
+        assert!(std::path::Path::new(&format!("{out}.ckpt")).exists());
+        ok(&accumulate(&out, None, true));
+        assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(part("whole.sfs")).unwrap(), "resumed after {k}");
+    }
+}

@@ -112,7 +112,7 @@ fn pca_ridge_and_gcv_equal_the_in_memory_computation() {
 
     // GCV through the explicit hat matrix H = 11ᵀ/n + P(PᵀP + λI)⁻¹Pᵀ.
     let prob = RotatedProblem::new(&pca, &cen, true, true).unwrap();
-    let curve = prob.gcv(cen.n, &cen.cyy);
+    let curve = prob.gcv(cen.weight, &cen.cyy);
     for &i in &[5usize, 20, 33] {
         let lambda = curve.grid[i];
         let a = p.transpose() * &p + Mat::<f64>::identity(e, e) * Scale(lambda);

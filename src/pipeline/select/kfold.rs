@@ -21,7 +21,7 @@ use crate::stats::{GramStats, Precision};
 /// The grid of the total statistics, shared by every fold: σ̄ is the mean eigenvalue of
 /// the centred scatter, its trace over D, so no eigendecomposition is needed.
 pub(crate) fn grid_of(total: &GramStats) -> Vec<f64> {
-    let inv = 1.0 / total.n.max(1) as f64;
+    let inv = total.inv_weight();
     let diag = total.gram.diagonal();
     let trace: f64 = diag.iter().zip(&total.s).map(|(g, s)| g - s * s * inv).sum();
     crate::solve::lambda_grid(trace / total.dim().max(1) as f64)
