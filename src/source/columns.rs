@@ -213,10 +213,7 @@ pub(super) fn cast_to(a: &ArrayRef, t: &DataType, loc: &Location) -> Result<Arra
     if a.data_type() == t {
         return Ok(a.clone());
     }
-    // Not arrow's "safe" cast, which turns a value it cannot convert (a u64 above i64::MAX,
-    // a string that is not a number) into a null that would then be trained on silently.
-    let options = arrow_cast::CastOptions { safe: false, ..Default::default() };
-    arrow_cast::cast_with_options(a, t, &options).map_err(|e| {
+    super::cast::cast(a, t).map_err(|e| {
         Error::data(
             loc.clone(),
             format!("cannot convert {} to {t} without losing values ({e}); fix the column's type", a.data_type()),

@@ -66,22 +66,16 @@ fn predictions_scores_and_pca_features_are_the_same_bytes_for_any_thread_count()
         .iter()
         .flat_map(|b| {
             let c = b.column_by_name("label").unwrap();
-            arrow_cast::cast(c, &arrow_schema::DataType::Int64)
-                .unwrap()
-                .as_primitive::<arrow_array::types::Int64Type>()
-                .values()
-                .to_vec()
+            // Labels are Int64 in the digits file and kept as they are read.
+            c.as_primitive::<arrow_array::types::Int64Type>().values().to_vec()
         })
         .collect();
     let input: Vec<i64> = read(std::path::Path::new(&test))
         .iter()
         .flat_map(|b| {
             let c = b.column_by_name("label").unwrap();
-            arrow_cast::cast(c, &arrow_schema::DataType::Int64)
-                .unwrap()
-                .as_primitive::<arrow_array::types::Int64Type>()
-                .values()
-                .to_vec()
+            // Labels are Int64 in the digits file and kept as they are read.
+            c.as_primitive::<arrow_array::types::Int64Type>().values().to_vec()
         })
         .collect();
     assert_eq!(kept, input);
@@ -111,12 +105,8 @@ fn predictions_scores_and_pca_features_are_the_same_bytes_for_any_thread_count()
             for r in 0..b.num_rows() {
                 for j in 0..d {
                     let c = b.column_by_name(&m.header.features.columns[j]).unwrap();
-                    z.push(
-                        arrow_cast::cast(c, &arrow_schema::DataType::Float32)
-                            .unwrap()
-                            .as_primitive::<arrow_array::types::Float32Type>()
-                            .value(r),
-                    );
+                    // The digits' pixels are UInt8.
+                    z.push(f32::from(c.as_primitive::<arrow_array::types::UInt8Type>().value(r)));
                 }
             }
         }
