@@ -6,61 +6,19 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
-use arrow_array::{ArrayRef, Float32Array, Float64Array, Int64Array, RecordBatch, StringArray};
-use sketchfit::sketch::{RffSpec, TensorSketchSpec};
+use arrow_array::{ArrayRef, Float32Array, Float64Array, RecordBatch, StringArray};
+use sketchfit::sketch::TensorSketchSpec;
 use sketchfit::{Lambda, Model, Pipeline};
 
 use crate::common::*;
-
-/// Three classes of rings in 4 dimensions, `n` rows.
-pub(crate) fn rings(n: usize, seed: u64) -> Vec<(&'static str, ArrayRef)> {
-    let mut r = sketchfit::rng::StageRng::new(seed, 5);
-    let mut cols: Vec<Vec<f32>> = vec![Vec::new(); 4];
-    let mut label = Vec::new();
-    for i in 0..n {
-        let k = i % 3;
-        let v: Vec<f64> = (0..4).map(|_| r.normal()).collect();
-        let norm = v.iter().map(|a| a * a).sum::<f64>().sqrt();
-        for (j, c) in cols.iter_mut().enumerate() {
-            c.push((v[j] / norm * (1.0 + k as f64) + 0.1 * r.normal()) as f32);
-        }
-        label.push(k as i64);
-    }
-    let mut out: Vec<(&'static str, ArrayRef)> = ["a", "b", "c", "d"]
-        .into_iter()
-        .zip(cols)
-        .map(|(n, c)| (n, Arc::new(Float32Array::from(c)) as ArrayRef))
-        .collect();
-    out.push(("label", Arc::new(Int64Array::from(label))));
-    out
-}
-
-pub(crate) fn batches(cols: &[(&'static str, ArrayRef)], rows_per_batch: usize) -> Vec<RecordBatch> {
-    let whole = RecordBatch::try_from_iter(cols.iter().cloned()).unwrap();
-    (0..whole.num_rows())
-        .step_by(rows_per_batch)
-        .map(|s| whole.slice(s, rows_per_batch.min(whole.num_rows() - s)))
-        .collect()
-}
-
-pub(crate) fn pipeline() -> Pipeline {
-    Pipeline::classification("label")
-        .features(["a", "b", "c", "d"])
-        .stage(TensorSketchSpec { degree: 2, dim: 128, ..Default::default() })
-        .stage(RffSpec { dim: 128, sigma: Some(1.0), ..Default::default() })
-        .pca(64)
-        .lambda(Lambda::Gcv)
-        .seed(11)
-        .threads(2)
-}
 
 #[test]
 fn batches_in_memory_fit_the_model_the_same_rows_in_parquet_fit() {
     let dir = TempDir::new("api-fit");
     let cols = rings(900, 1);
     write_parquet(&dir.path("t.parquet"), cols.clone(), 200);
-    let from_files = pipeline().fit_files([dir.path("t.parquet")]).unwrap();
-    let from_memory = pipeline().fit(batches(&cols, 200)).unwrap();
+    let from_files = rings_pipeline().fit_files([dir.path("t.parquet")]).unwrap();
+    let from_memory = rings_pipeline().fit(batches(&cols, 200)).unwrap();
     assert_eq!(from_memory.header.rows, 900);
     assert_eq!(from_memory.weights, from_files.weights, "same rows, same units, same seed: same weights");
     assert_eq!(from_memory.bias, from_files.bias);
@@ -112,20 +70,21 @@ fn faults_in_memory_name_the_batch_row_and_column() {
     let mut a: Vec<f32> = cols[0].1.as_primitive::<arrow_array::types::Float32Type>().values().to_vec();
     a[47] = f32::NAN;
     cols[0].1 = Arc::new(Float32Array::from(a));
-    let err = pipeline().fit(batches(&cols, 20)).unwrap_err().to_string();
+    let err = rings_pipeline().fit(batches(&cols, 20)).unwrap_err().to_string();
     for needle in ["record batches", "batch 2", "row 7", "column 'a'", "not finite"] {
         assert!(err.contains(needle), "'{needle}' missing from: {err}");
     }
     let good = batches(&rings(40, 4), 20);
     let other = RecordBatch::try_from_iter([("a", Arc::new(Float64Array::from(vec![1.0; 5])) as ArrayRef)]).unwrap();
-    let err = pipeline().fit([good[0].clone(), other]).unwrap_err().to_string();
+    let err = rings_pipeline().fit([good[0].clone(), other]).unwrap_err().to_string();
     assert!(err.contains("batch 1") && err.contains("schema differs"), "{err}");
-    let err = pipeline().fit(Vec::<RecordBatch>::new()).unwrap_err().to_string();
+    let err = rings_pipeline().fit(Vec::<RecordBatch>::new()).unwrap_err().to_string();
     assert!(err.contains("no batches"), "{err}");
     // A setting is checked like a pipeline file's, naming its key.
-    let err = pipeline().pca(0).fit(good.clone()).unwrap_err().to_string();
+    let err = rings_pipeline().pca(0).fit(good.clone()).unwrap_err().to_string();
     assert!(err.contains("pca.components"), "{err}");
-    let err = pipeline().stage(TensorSketchSpec { degree: 0, ..Default::default() }).fit(good).unwrap_err().to_string();
+    let err =
+        rings_pipeline().stage(TensorSketchSpec { degree: 0, ..Default::default() }).fit(good).unwrap_err().to_string();
     assert!(err.contains("stages.2.degree"), "{err}");
 }
 
@@ -136,7 +95,7 @@ fn string_labels_and_regression_in_memory() {
     let labels: Vec<&str> = cols[4].1.as_primitive::<Int64Type>().values().iter().map(|&k| names[k as usize]).collect();
     let mut with_strings = cols.clone();
     with_strings[4] = ("label", Arc::new(StringArray::from(labels)));
-    let model = pipeline().fit(batches(&with_strings, 100)).unwrap();
+    let model = rings_pipeline().fit(batches(&with_strings, 100)).unwrap();
     let p = model.predict_batch(&batches(&with_strings, 300)[0], false).unwrap();
     let p = p.column_by_name("prediction").unwrap().as_string::<i32>();
     assert!(p.iter().all(|v| v.is_some_and(|s| names.contains(&s))));
@@ -163,7 +122,7 @@ fn statistics_of_shards_in_memory_merge_to_the_one_process_model_and_round_trip_
     let dir = TempDir::new("api-stats");
     let cols = rings(900, 6);
     let parts = batches(&cols, 100);
-    let p = pipeline().pca(32);
+    let p = rings_pipeline().pca(32);
     let whole = p.fit(parts.clone()).unwrap();
     let shards: Vec<sketchfit::Statistics> = (0..3).map(|i| p.accumulate(parts.clone(), (i, 3)).unwrap()).collect();
     assert_eq!(shards.iter().map(|s| s.rows()).sum::<u64>(), 900);

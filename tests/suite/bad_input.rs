@@ -7,46 +7,11 @@ use crate::common::*;
 use arrow_array::builder::{Float32Builder, ListBuilder};
 use arrow_array::{ArrayRef, Float64Array, Int32Array, Int64Array, StringArray};
 
-pub(crate) fn good_columns(n: usize) -> Vec<(&'static str, ArrayRef)> {
-    let a: Vec<f64> = (0..n).map(|i| (i as f64 * 0.37).sin()).collect();
-    let b: Vec<f64> = (0..n).map(|i| (i as f64 * 0.11).cos()).collect();
-    let label: Vec<i64> = (0..n).map(|i| (i % 3) as i64).collect();
-    vec![
-        ("a", Arc::new(Float64Array::from(a)) as ArrayRef),
-        ("b", Arc::new(Float64Array::from(b)) as ArrayRef),
-        ("label", Arc::new(Int64Array::from(label)) as ArrayRef),
-    ]
-}
-
-pub(crate) fn pipeline(dir: &TempDir, train: &[&str], data_extra: &str, rest: &str) -> String {
-    let files: Vec<String> = train.iter().map(|f| format!("\"{f}\"")).collect();
-    let text = format!(
-        "[data]\ntrain = [{}]\nlabel = \"label\"\n{data_extra}\n\n[[stages]]\nkind = \"tensor_sketch\"\ndim = 16\n{rest}\n",
-        files.join(", ")
-    );
-    let p = dir.path("p.toml");
-    std::fs::write(&p, text).unwrap();
-    p.to_string_lossy().into_owned()
-}
-
-/// Runs `train`, expects exit 2 with every `needles` in stderr and no model left.
-pub(crate) fn train_fails(dir: &TempDir, pipeline: &str, needles: &[&str]) {
-    let before = dir.files();
-    let model = dir.path("m.sfm");
-    let out = sketchfit(&["train", pipeline, "-o", model.to_str().unwrap(), "--quiet"]);
-    let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(2), "exit code; stderr: {err}");
-    for n in needles {
-        assert!(err.contains(n), "stderr lacks '{n}': {err}");
-    }
-    assert_eq!(dir.files(), before, "output left behind");
-}
-
 #[test]
 fn missing_feature_column() {
     let dir = TempDir::new("missing-col");
     write_parquet(&dir.path("t.parquet"), good_columns(50), 20);
-    let p = pipeline(&dir, &["t.parquet"], "features = [\"a\", \"nope\"]", "");
+    let p = sketch_pipeline(&dir, &["t.parquet"], "features = [\"a\", \"nope\"]", "");
     train_fails(&dir, &p, &["t.parquet", "column 'nope'", "not found", "the file has columns a, b, label"]);
 }
 
@@ -54,7 +19,7 @@ fn missing_feature_column() {
 fn feature_glob_matching_nothing() {
     let dir = TempDir::new("glob-none");
     write_parquet(&dir.path("t.parquet"), good_columns(50), 20);
-    let p = pipeline(&dir, &["t.parquet"], "features = [\"px*\"]", "");
+    let p = sketch_pipeline(&dir, &["t.parquet"], "features = [\"px*\"]", "");
     train_fails(&dir, &p, &["t.parquet", "px*", "no column matches"]);
 }
 
@@ -64,7 +29,7 @@ fn mistyped_feature_column() {
     let mut cols = good_columns(50);
     cols.push(("s", Arc::new(StringArray::from_iter_values((0..50).map(|i| i.to_string())))));
     write_parquet(&dir.path("t.parquet"), cols, 20);
-    let p = pipeline(&dir, &["t.parquet"], "features = [\"a\", \"s\"]", "");
+    let p = sketch_pipeline(&dir, &["t.parquet"], "features = [\"a\", \"s\"]", "");
     train_fails(&dir, &p, &["t.parquet", "column 's'", "Utf8", "must be integers or floats"]);
 }
 
@@ -77,7 +42,7 @@ fn nan_and_infinity_name_row_group_row_and_column() {
         b[47] = bad;
         cols[1] = ("b", Arc::new(Float64Array::from(b)));
         write_parquet(&dir.path("t.parquet"), cols, 20);
-        let p = pipeline(&dir, &["t.parquet"], "", "");
+        let p = sketch_pipeline(&dir, &["t.parquet"], "", "");
         train_fails(&dir, &p, &["t.parquet", "row group 2", "row 7", "column 'b'", "not finite"]);
     }
 }
@@ -89,7 +54,7 @@ fn null_feature_value() {
     let a: Vec<Option<f64>> = (0..50).map(|i| if i == 33 { None } else { Some(i as f64) }).collect();
     cols[0] = ("a", Arc::new(Float64Array::from(a)));
     write_parquet(&dir.path("t.parquet"), cols, 20);
-    let p = pipeline(&dir, &["t.parquet"], "", "");
+    let p = sketch_pipeline(&dir, &["t.parquet"], "", "");
     train_fails(&dir, &p, &["t.parquet", "row group 1", "row 13", "column 'a'", "null"]);
 }
 
@@ -100,7 +65,7 @@ fn null_label() {
     let l: Vec<Option<i64>> = (0..50).map(|i| if i == 5 { None } else { Some(i % 2) }).collect();
     cols[2] = ("label", Arc::new(Int64Array::from(l)));
     write_parquet(&dir.path("t.parquet"), cols, 20);
-    let p = pipeline(&dir, &["t.parquet"], "", "");
+    let p = sketch_pipeline(&dir, &["t.parquet"], "", "");
     train_fails(&dir, &p, &["t.parquet", "row group 0", "row 5", "column 'label'", "null"]);
 }
 
@@ -118,7 +83,7 @@ fn ragged_list_column() {
     let list: ArrayRef = Arc::new(lb.finish());
     let label: ArrayRef = Arc::new(Int64Array::from_iter_values((0..30).map(|i| i % 2)));
     write_parquet(&dir.path("t.parquet"), vec![("v", list), ("label", label)], 10);
-    let p = pipeline(&dir, &["t.parquet"], "feature_list = \"v\"", "");
+    let p = sketch_pipeline(&dir, &["t.parquet"], "feature_list = \"v\"", "");
     train_fails(&dir, &p, &["t.parquet", "row group 2", "row 5", "column 'v'", "ragged"]);
 }
 
@@ -131,7 +96,7 @@ fn empty_truncated_and_non_parquet_files() {
     std::fs::write(dir.path("cut.parquet"), &bytes[..bytes.len() / 2]).unwrap();
     std::fs::write(dir.path("text.parquet"), b"a,b,label\n1,2,0\n").unwrap();
     for f in ["empty.parquet", "cut.parquet", "text.parquet"] {
-        let p = pipeline(&dir, &["good.parquet", f], "", "");
+        let p = sketch_pipeline(&dir, &["good.parquet", f], "", "");
         train_fails(&dir, &p, &[f, "not a readable Parquet file"]);
     }
 }
@@ -141,7 +106,7 @@ fn file_with_no_rows() {
     let dir = TempDir::new("zero-rows");
     write_parquet(&dir.path("good.parquet"), good_columns(50), 20);
     write_parquet(&dir.path("none.parquet"), good_columns(0), 20);
-    let p = pipeline(&dir, &["good.parquet", "none.parquet"], "", "");
+    let p = sketch_pipeline(&dir, &["good.parquet", "none.parquet"], "", "");
     train_fails(&dir, &p, &["none.parquet", "no rows"]);
 }
 
@@ -152,21 +117,21 @@ fn schemas_that_differ_between_files() {
     let mut cols = good_columns(50);
     cols[0] = ("a", Arc::new(Int32Array::from_iter_values(0..50)));
     write_parquet(&dir.path("two.parquet"), cols, 20);
-    let p = pipeline(&dir, &["one.parquet", "two.parquet"], "", "");
+    let p = sketch_pipeline(&dir, &["one.parquet", "two.parquet"], "", "");
     train_fails(&dir, &p, &["two.parquet", "column 'a'", "Int32", "Float64", "schemas differ"]);
     let mut cols = good_columns(50);
     cols.remove(1);
     write_parquet(&dir.path("three.parquet"), cols, 20);
-    let p = pipeline(&dir, &["one.parquet", "three.parquet"], "", "");
+    let p = sketch_pipeline(&dir, &["one.parquet", "three.parquet"], "", "");
     train_fails(&dir, &p, &["three.parquet", "column 'b'", "missing"]);
 }
 
 #[test]
 fn missing_input_file_and_unmatched_glob() {
     let dir = TempDir::new("missing-file");
-    let p = pipeline(&dir, &["nowhere.parquet"], "", "");
+    let p = sketch_pipeline(&dir, &["nowhere.parquet"], "", "");
     train_fails(&dir, &p, &["nowhere.parquet", "not found"]);
-    let p = pipeline(&dir, &["none-*.parquet"], "", "");
+    let p = sketch_pipeline(&dir, &["none-*.parquet"], "", "");
     train_fails(&dir, &p, &["none-*.parquet", "no file matches"]);
 }
 
@@ -176,7 +141,7 @@ fn float_label_for_classification() {
     let mut cols = good_columns(50);
     cols[2] = ("label", Arc::new(Float64Array::from_iter_values((0..50).map(|i| i as f64))));
     write_parquet(&dir.path("t.parquet"), cols, 20);
-    let p = pipeline(&dir, &["t.parquet"], "", "");
+    let p = sketch_pipeline(&dir, &["t.parquet"], "", "");
     train_fails(&dir, &p, &["t.parquet", "column 'label'", "Float64", "regression"]);
 }
 
@@ -186,7 +151,7 @@ fn single_class() {
     let mut cols = good_columns(50);
     cols[2] = ("label", Arc::new(Int64Array::from_iter_values((0..50).map(|_| 4))));
     write_parquet(&dir.path("t.parquet"), cols, 20);
-    let p = pipeline(&dir, &["t.parquet"], "", "");
+    let p = sketch_pipeline(&dir, &["t.parquet"], "", "");
     train_fails(&dir, &p, &["t.parquet", "column 'label'", "at least 2"]);
 }
 
@@ -194,21 +159,21 @@ fn single_class() {
 fn bad_pipeline_keys_and_values() {
     let dir = TempDir::new("bad-keys");
     write_parquet(&dir.path("t.parquet"), good_columns(50), 20);
-    let p = pipeline(&dir, &["t.parquet"], "lable = \"x\"", "");
+    let p = sketch_pipeline(&dir, &["t.parquet"], "lable = \"x\"", "");
     train_fails(&dir, &p, &["p.toml", "data", "unknown field `lable`"]);
-    let p = pipeline(&dir, &["t.parquet"], "", "wibble = 3");
+    let p = sketch_pipeline(&dir, &["t.parquet"], "", "wibble = 3");
     train_fails(&dir, &p, &["p.toml", "stages[0]", "unknown field `wibble`"]);
-    let p = pipeline(&dir, &["t.parquet"], "", "degree = 0");
+    let p = sketch_pipeline(&dir, &["t.parquet"], "", "degree = 0");
     train_fails(&dir, &p, &["p.toml", "stages[0].degree", "from 1 to 16"]);
-    let p = pipeline(&dir, &["t.parquet"], "", "normalize = \"l3\"");
+    let p = sketch_pipeline(&dir, &["t.parquet"], "", "normalize = \"l3\"");
     train_fails(&dir, &p, &["p.toml", "stages[0]", "l3"]);
-    let p = pipeline(&dir, &["t.parquet"], "", "kind = \"magic\"");
+    let p = sketch_pipeline(&dir, &["t.parquet"], "", "kind = \"magic\"");
     let text = std::fs::read_to_string(&p).unwrap().replace("kind = \"tensor_sketch\"\n", "");
     std::fs::write(&p, text).unwrap();
     train_fails(&dir, &p, &["p.toml", "stages[0].kind", "unknown stage kind 'magic'"]);
-    let p = pipeline(&dir, &["t.parquet"], "", "[ridge]\nlambda = -1");
+    let p = sketch_pipeline(&dir, &["t.parquet"], "", "[ridge]\nlambda = -1");
     train_fails(&dir, &p, &["p.toml", "ridge.lambda", "≥ 0"]);
-    let p = pipeline(&dir, &["t.parquet"], "", "[speed]\nfast = true");
+    let p = sketch_pipeline(&dir, &["t.parquet"], "", "[speed]\nfast = true");
     train_fails(&dir, &p, &["p.toml", "speed", "unknown key"]);
     std::fs::write(&p, "this is = = not toml").unwrap();
     train_fails(&dir, &p, &["p.toml", "not valid TOML"]);
@@ -218,7 +183,7 @@ fn bad_pipeline_keys_and_values() {
 fn bad_set_overrides() {
     let dir = TempDir::new("bad-set");
     write_parquet(&dir.path("t.parquet"), good_columns(50), 20);
-    let p = pipeline(&dir, &["t.parquet"], "", "");
+    let p = sketch_pipeline(&dir, &["t.parquet"], "", "");
     let model = dir.path("m.sfm");
     for (set, needle) in [
         ("run.speed=3", "unknown field `speed`"),
@@ -237,7 +202,7 @@ fn bad_set_overrides() {
 fn unknown_label_at_evaluate_and_bad_input_at_predict_leave_nothing() {
     let dir = TempDir::new("eval-label");
     write_parquet(&dir.path("t.parquet"), good_columns(90), 40);
-    let p = pipeline(&dir, &["t.parquet"], "", "");
+    let p = sketch_pipeline(&dir, &["t.parquet"], "", "");
     let model = dir.path("m.sfm");
     let out = sketchfit(&["train", &p, "-o", model.to_str().unwrap(), "--quiet"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -290,7 +255,7 @@ fn unknown_label_at_evaluate_and_bad_input_at_predict_leave_nothing() {
 fn damaged_or_foreign_model_files() {
     let dir = TempDir::new("bad-model");
     write_parquet(&dir.path("t.parquet"), good_columns(90), 40);
-    let p = pipeline(&dir, &["t.parquet"], "", "");
+    let p = sketch_pipeline(&dir, &["t.parquet"], "", "");
     let model = dir.path("m.sfm");
     assert_eq!(sketchfit(&["train", &p, "-o", model.to_str().unwrap(), "-q"]).status.code(), Some(0));
     let mut bytes = std::fs::read(&model).unwrap();
@@ -326,7 +291,7 @@ fn negative_values_for_chi2_stages() {
     let a: Vec<f64> = (0..60).map(|i| 0.1 + i as f64).collect();
     cols[0] = ("a", Arc::new(Float64Array::from(a)));
     write_parquet(&dir.path("t.parquet"), cols, 20);
-    let p = pipeline(&dir, &["t.parquet"], "", "");
+    let p = sketch_pipeline(&dir, &["t.parquet"], "", "");
     let text = std::fs::read_to_string(&p)
         .unwrap()
         .replace("kind = \"tensor_sketch\"\ndim = 16", "kind = \"exp_chi2\"\nterms = 3\ndim = 16");
@@ -347,7 +312,7 @@ fn patch(path: &std::path::Path, from: &str, to: &str) -> bool {
 fn a_changed_model_header_is_refused() {
     let dir = TempDir::new("header-sum");
     write_parquet(&dir.path("t.parquet"), good_columns(30), 20);
-    let p = pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", "normalize = \"l2\"\ndim = 64");
+    let p = sketch_pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", "normalize = \"l2\"\ndim = 64");
     std::fs::write(&p, std::fs::read_to_string(&p).unwrap().replace("dim = 16\n", "")).unwrap();
     let model = dir.path("m.sfm");
     let ok = sketchfit(&["train", &p, "-o", model.to_str().unwrap(), "--quiet"]);
@@ -373,7 +338,7 @@ fn inputs_that_used_to_panic_exit_2_naming_the_key_or_column() {
     let mut cols = good_columns(30);
     cols.remove(1);
     write_parquet(&dir.path("v.parquet"), cols, 20);
-    let p = pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]\nvalidation = [\"v.parquet\"]", "");
+    let p = sketch_pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]\nvalidation = [\"v.parquet\"]", "");
     train_fails(&dir, &p, &["v.parquet", "'b'"]);
     // A Gaussian sketch centre of the wrong length, in both variants.
     for kind in ["gaussian_sketch", "gaussian_sketch_hd"] {
@@ -396,11 +361,11 @@ fn lossy_label_casts_duplicate_names_and_glob_named_columns_are_not_silent() {
     let mut cols = good_columns(40);
     cols[2] = ("label", Arc::new(UInt64Array::from((0..40).map(|i| u64::MAX - (i % 3)).collect::<Vec<_>>())));
     write_parquet(&dir.path("u.parquet"), cols, 20);
-    let p = pipeline(&dir, &["u.parquet"], "features = [\"a\", \"b\"]", "");
+    let p = sketch_pipeline(&dir, &["u.parquet"], "features = [\"a\", \"b\"]", "");
     train_fails(&dir, &p, &["u.parquet", "column 'label'", "without losing values"]);
     // An integer model scored on string labels that are not numbers.
     write_parquet(&dir.path("t.parquet"), good_columns(40), 20);
-    let p = pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", "");
+    let p = sketch_pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", "");
     let model = dir.path("m.sfm");
     let ok = sketchfit(&["train", &p, "-o", model.to_str().unwrap(), "-q"]);
     assert_eq!(ok.status.code(), Some(0), "{}", stderr(&ok));
@@ -414,13 +379,13 @@ fn lossy_label_casts_duplicate_names_and_glob_named_columns_are_not_silent() {
     let b = cols[1].1.clone();
     cols.push(("a", b));
     write_parquet(&dir.path("d.parquet"), cols, 20);
-    let p = pipeline(&dir, &["d.parquet"], "features = [\"a\", \"b\"]", "");
+    let p = sketch_pipeline(&dir, &["d.parquet"], "features = [\"a\", \"b\"]", "");
     train_fails(&dir, &p, &["d.parquet", "column 'a'", "2 columns of this name"]);
     // A column whose name has glob characters is that column, not a pattern.
     let mut cols = good_columns(40);
     cols[0].0 = "x[1]";
     write_parquet(&dir.path("g.parquet"), cols, 20);
-    let p = pipeline(&dir, &["g.parquet"], "features = [\"x[1]\", \"b\"]", "");
+    let p = sketch_pipeline(&dir, &["g.parquet"], "features = [\"x[1]\", \"b\"]", "");
     let out = sketchfit(&["train", &p, "-o", dir.path("g.sfm").to_str().unwrap(), "-q"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let inspect = sketchfit(&["inspect", dir.path("g.sfm").to_str().unwrap(), "--json"]);
@@ -436,7 +401,7 @@ fn a_mistyped_value_names_its_key_not_its_section() {
         ("[ridge]\nper_output = 3", "ridge.per_output"),
         ("[pca]\ncomponents = \"many\"", "pca.components"),
     ] {
-        let p = pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", rest);
+        let p = sketch_pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", rest);
         train_fails(&dir, &p, &[&format!("{key}:")]);
     }
 }
@@ -445,7 +410,7 @@ fn a_mistyped_value_names_its_key_not_its_section() {
 fn a_mistyped_data_value_names_its_key() {
     let dir = TempDir::new("typed-data-key");
     write_parquet(&dir.path("t.parquet"), good_columns(30), 20);
-    let p = pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", "");
+    let p = sketch_pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", "");
     let out =
         sketchfit(&["train", &p, "-o", dir.path("m.sfm").to_str().unwrap(), "-q", "--set", "data.train=t.parquet"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
@@ -456,7 +421,7 @@ fn a_mistyped_data_value_names_its_key() {
 fn a_transform_error_names_the_model_file() {
     let dir = TempDir::new("transform-path");
     write_parquet(&dir.path("t.parquet"), good_columns(60), 20);
-    let p = pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", "");
+    let p = sketch_pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", "");
     let model = dir.path("nopca.sfm");
     assert_eq!(sketchfit(&["train", &p, "-o", model.to_str().unwrap(), "-q"]).status.code(), Some(0));
     let t = dir.path("t.parquet");
@@ -481,7 +446,7 @@ fn dictionary_encoded_labels_train_like_plain_ones() {
     write_parquet(&dir.path("d.parquet"), cols, 20);
     let mut inspected = Vec::new();
     for f in ["s", "d"] {
-        let p = pipeline(&dir, &[&format!("{f}.parquet")], "features = [\"a\", \"b\"]", "");
+        let p = sketch_pipeline(&dir, &[&format!("{f}.parquet")], "features = [\"a\", \"b\"]", "");
         let model = dir.path(&format!("{f}.sfm"));
         let out = sketchfit(&["train", &p, "-o", model.to_str().unwrap(), "-q"]);
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -497,7 +462,7 @@ fn dictionary_encoded_labels_train_like_plain_ones() {
 fn a_part_whose_stages_lost_their_fitted_values_is_refused_not_a_panic() {
     let dir = TempDir::new("unfitted-part");
     write_parquet(&dir.path("t.parquet"), good_columns(80), 20);
-    let p = pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", "");
+    let p = sketch_pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", "");
     let text = std::fs::read_to_string(&p).unwrap().replace("kind = \"tensor_sketch\"", "kind = \"rff\"");
     std::fs::write(&p, text).unwrap();
     let part = dir.path("p0.stats");
@@ -531,7 +496,7 @@ fn a_gaussian_hd_sketch_on_rows_that_barely_spread_still_has_a_block() {
     let out = sketchfit(&["train", dir.path("p.toml").to_str().unwrap(), "-o", model.to_str().unwrap(), "-q"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(sketchfit(&["inspect", model.to_str().unwrap()]).status.code(), Some(0));
-    let p = pipeline(&dir, &["t.parquet"], "features = [\"f0\"]", "");
+    let p = sketch_pipeline(&dir, &["t.parquet"], "features = [\"f0\"]", "");
     let text = std::fs::read_to_string(&p)
         .unwrap()
         .replace("kind = \"tensor_sketch\"\ndim = 16", "kind = \"gaussian_sketch_hd\"\ndim = 16\ntruncation = 1");

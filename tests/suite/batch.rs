@@ -14,54 +14,11 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use sketchfit::model::Model;
 use sketchfit::rng::StageRng;
 
-/// `n` rows of 6 features, a 3-class label and a real target, in row groups of `rg`.
-pub(crate) fn write_data(path: &std::path::Path, n: usize, rg: usize, seed: u64) {
-    let mut r = StageRng::new(seed, 0);
-    let xs: Vec<Vec<f64>> = (0..6).map(|_| (0..n).map(|_| r.uniform() * 2.0 - 1.0).collect()).collect();
-    let label: Vec<i64> = (0..n)
-        .map(|i| {
-            if xs[0][i] * xs[1][i] > 0.1 {
-                2
-            } else if xs[2][i] > 0.3 {
-                1
-            } else {
-                0
-            }
-        })
-        .collect();
-    let y: Vec<f64> = (0..n).map(|i| xs[0][i] * xs[3][i] + xs[4][i] - 0.5 * xs[5][i].powi(2)).collect();
-    let names = ["x0", "x1", "x2", "x3", "x4", "x5"];
-    let mut cols: Vec<(&str, ArrayRef)> = Vec::new();
-    for (k, x) in xs.into_iter().enumerate() {
-        // f32-exact values, as the maps see them.
-        cols.push((names[k], Arc::new(Float64Array::from_iter_values(x.iter().map(|v| f64::from(*v as f32))))));
-    }
-    cols.push(("label", Arc::new(Int64Array::from(label))));
-    cols.push(("y", Arc::new(Float64Array::from(y))));
-    write_parquet(path, cols, rg);
-}
-
-pub(crate) fn pipeline(dir: &TempDir, body: &str) -> String {
-    let p = dir.path("p.toml");
-    std::fs::write(&p, body).unwrap();
-    p.to_string_lossy().into_owned()
-}
-
-pub(crate) const CLASSIFY: &str = "[data]\ntrain = [\"train.parquet\"]\nfeatures = [\"x*\"]\nlabel = \"label\"\n\
-    [[stages]]\nkind = \"tensor_sketch\"\ndegree = 2\noffset = 1.0\ndim = 96\n\
-    [[stages]]\nkind = \"identity\"\n[pca]\ncomponents = 40\n";
-
-pub(crate) fn run_ok(args: &[&str]) -> String {
-    let out = sketchfit(args);
-    assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
-    stdout(&out)
-}
-
 #[test]
 fn sharded_runs_give_the_single_process_model_and_duplicates_are_refused() {
     let dir = TempDir::new("shards");
     write_data(&dir.path("train.parquet"), 3000, 150, 1);
-    let p = pipeline(&dir, CLASSIFY);
+    let p = pipeline_file(&dir, CLASSIFY);
     let single = dir.path("single.sfm");
     run_ok(&["train", &p, "-o", single.to_str().unwrap(), "-q"]);
     let reference = Model::load(&single).unwrap();
@@ -132,6 +89,18 @@ fn sharded_runs_give_the_single_process_model_and_duplicates_are_refused() {
             );
             assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
             assert!(stderr(&out).contains("accumulated over a maps file"), "{}", stderr(&out));
+            // Merged statistics are for parts over maps; shards of a run solve as they are.
+            let merged_out = dir.path("merged.sfs");
+            let out = sketchfit(
+                &[
+                    &["solve", p.as_str()][..],
+                    &parts_args[..],
+                    &["--statistics", merged_out.to_str().unwrap(), "-o", dir.path("d.sfm").to_str().unwrap()],
+                ]
+                .concat(),
+            );
+            assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+            assert!(stderr(&out).contains("--statistics") && !merged_out.exists(), "{}", stderr(&out));
             // A missing shard is an error unless allowed.
             let out = sketchfit(&["solve", &p, &parts[0], &parts[2], "-o", dir.path("miss.sfm").to_str().unwrap()]);
             assert_eq!(out.status.code(), Some(2));
@@ -236,7 +205,7 @@ fn two_pass_equals_the_dense_in_memory_computation() {
     let dir = TempDir::new("two-pass");
     write_data(&dir.path("train.parquet"), 800, 100, 4);
     write_data(&dir.path("test.parquet"), 200, 100, 5);
-    let p = pipeline(&dir, &format!("passes = 2\n{REGRESS}[pca]\nper_stage = [3, 10]\n"));
+    let p = pipeline_file(&dir, &format!("passes = 2\n{REGRESS}[pca]\nper_stage = [3, 10]\n"));
     let mpath = dir.path("m.sfm");
     run_ok(&["train", &p, "-o", mpath.to_str().unwrap(), "-q"]);
     let m = Model::load(&mpath).unwrap();
@@ -287,8 +256,8 @@ fn unlabeled_rows_enter_the_pca_only() {
     let base = format!("{REGRESS}[pca]\ncomponents = 12\n");
     let semi = base.replace("targets = [\"y\"]", "targets = [\"y\"]\nunlabeled = [\"extra.parquet\"]");
     let (ps, pu) = (dir.path("s.sfm"), dir.path("u.sfm"));
-    run_ok(&["train", &pipeline(&dir, &base), "-o", ps.to_str().unwrap(), "-q"]);
-    run_ok(&["train", &pipeline(&dir, &semi), "-o", pu.to_str().unwrap(), "-q"]);
+    run_ok(&["train", &pipeline_file(&dir, &base), "-o", ps.to_str().unwrap(), "-q"]);
+    run_ok(&["train", &pipeline_file(&dir, &semi), "-o", pu.to_str().unwrap(), "-q"]);
     let (ms, mu) = (Model::load(&ps).unwrap(), Model::load(&pu).unwrap());
     assert_eq!((ms.header.unlabeled_rows, mu.header.unlabeled_rows), (0, 400));
     assert_eq!(ms.header.rows, mu.header.rows, "the ridge sees the labeled rows only");
@@ -317,10 +286,10 @@ fn null_labels_as_unlabeled_rows_and_no_unlabeled_rows_gives_the_supervised_mode
     let dir = TempDir::new("null-labels");
     write_data(&dir.path("train.parquet"), 600, 100, 9);
     let sup = dir.path("sup.sfm");
-    run_ok(&["train", &pipeline(&dir, CLASSIFY), "-o", sup.to_str().unwrap(), "-q"]);
+    run_ok(&["train", &pipeline_file(&dir, CLASSIFY), "-o", sup.to_str().unwrap(), "-q"]);
     let semi_body = CLASSIFY.replace("label = \"label\"", "label = \"label\"\nnull_labels = \"unlabeled\"");
     let semi = dir.path("semi.sfm");
-    run_ok(&["train", &pipeline(&dir, &semi_body), "-o", semi.to_str().unwrap(), "-q"]);
+    run_ok(&["train", &pipeline_file(&dir, &semi_body), "-o", semi.to_str().unwrap(), "-q"]);
     let (a, b) = (Model::load(&sup).unwrap(), Model::load(&semi).unwrap());
     assert_eq!(a.weights, b.weights, "zero unlabeled rows: the one-pass model");
     assert_eq!(a.bias, b.bias);
@@ -336,11 +305,11 @@ fn null_labels_as_unlabeled_rows_and_no_unlabeled_rows_gives_the_supervised_mode
     ];
     write_parquet(&dir.path("train.parquet"), cols, 100);
     let m = dir.path("nulls.sfm");
-    run_ok(&["train", &pipeline(&dir, &semi_body), "-o", m.to_str().unwrap(), "-q"]);
+    run_ok(&["train", &pipeline_file(&dir, &semi_body), "-o", m.to_str().unwrap(), "-q"]);
     let mm = Model::load(&m).unwrap();
     assert_eq!((mm.header.rows, mm.header.unlabeled_rows), (400, 200));
     // Without the setting a null label is an error.
-    let out = sketchfit(&["train", &pipeline(&dir, CLASSIFY), "-o", dir.path("e.sfm").to_str().unwrap(), "-q"]);
+    let out = sketchfit(&["train", &pipeline_file(&dir, CLASSIFY), "-o", dir.path("e.sfm").to_str().unwrap(), "-q"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("null"));
 }
@@ -351,7 +320,7 @@ fn validation_scores_equal_scoring_each_lambda_separately() {
     write_data(&dir.path("train.parquet"), 900, 150, 10);
     write_data(&dir.path("valid.parquet"), 300, 150, 11);
     let body = CLASSIFY.replace("label = \"label\"", "label = \"label\"\nvalidation = [\"valid.parquet\"]");
-    let p = pipeline(&dir, &body);
+    let p = pipeline_file(&dir, &body);
     let mpath = dir.path("v.sfm");
     // Without the refit, the model is the training rows' model at the chosen λ.
     let out = run_ok(&["train", &p, "-o", mpath.to_str().unwrap(), "-q", "--set", "ridge.refit=false"]);
@@ -392,7 +361,7 @@ fn a_validation_refit_equals_training_on_both_files_at_the_chosen_lambda() {
     let no_pca = CLASSIFY.replace("[pca]\ncomponents = 40\n", "");
     for (name, body) in [("pca", CLASSIFY.to_string()), ("no-pca", no_pca)] {
         let with_validation = body.replace("label = \"label\"", "label = \"label\"\nvalidation = [\"valid.parquet\"]");
-        let p = pipeline(&dir, &with_validation);
+        let p = pipeline_file(&dir, &with_validation);
         let refit = dir.path(&format!("{name}-refit.sfm"));
         let out = run_ok(&["train", &p, "-o", refit.to_str().unwrap(), "-q"]);
         assert!(out.contains("trained on 1200 rows"), "{name}: {out}");
@@ -403,7 +372,7 @@ fn a_validation_refit_equals_training_on_both_files_at_the_chosen_lambda() {
         assert!(shown.contains("by accuracy on 300 validation rows, then refitted on 1200 rows"), "{shown}");
         // The same rows trained in one pass at the chosen λ.
         let both = body.replace("train = [\"train.parquet\"]", "train = [\"train.parquet\", \"valid.parquet\"]");
-        let p = pipeline(&dir, &both);
+        let p = pipeline_file(&dir, &both);
         let direct = dir.path(&format!("{name}-direct.sfm"));
         let lambda = format!("ridge.lambda={:e}", m.header.lambdas[0]);
         run_ok(&["train", &p, "-o", direct.to_str().unwrap(), "-q", "--set", &lambda]);
@@ -416,7 +385,7 @@ fn a_validation_refit_equals_training_on_both_files_at_the_chosen_lambda() {
     let two = CLASSIFY
         .replace("[data]", "passes = 2\n[data]")
         .replace("label = \"label\"", "label = \"label\"\nvalidation = [\"valid.parquet\"]");
-    let out = run_ok(&["train", &pipeline(&dir, &two), "-o", dir.path("two.sfm").to_str().unwrap(), "-q"]);
+    let out = run_ok(&["train", &pipeline_file(&dir, &two), "-o", dir.path("two.sfm").to_str().unwrap(), "-q"]);
     assert!(out.contains("trained on 1200 rows"), "{out}");
     let m = Model::load(&dir.path("two.sfm")).unwrap();
     assert_eq!((m.header.rows, m.header.unlabeled_rows), (1200, 0), "no row is unlabeled");
@@ -436,13 +405,13 @@ fn ecoc_with_the_identity_code_is_one_vs_all_and_a_drawn_code_shards_like_one_pr
             .collect()
     };
     let ova = dir.path("ova.sfm");
-    run_ok(&["train", &pipeline(&dir, CLASSIFY), "-o", ova.to_str().unwrap(), "-q"]);
+    run_ok(&["train", &pipeline_file(&dir, CLASSIFY), "-o", ova.to_str().unwrap(), "-q"]);
     // The identity code 2I − 11ᵀ (3 classes) as a code file: the same targets, so the
     // same weights, and nearest-row decoding is the argmax.
     std::fs::write(dir.path("identity.code"), "1 -1 -1\n-1 1 -1\n-1 -1 1\n").unwrap();
     let ident = CLASSIFY.to_string() + "[ridge]\ncodes = \"ecoc\"\ncode_file = \"identity.code\"\n";
     let im = dir.path("ident.sfm");
-    run_ok(&["train", &pipeline(&dir, &ident), "-o", im.to_str().unwrap(), "-q"]);
+    run_ok(&["train", &pipeline_file(&dir, &ident), "-o", im.to_str().unwrap(), "-q"]);
     let (a, b) = (Model::load(&ova).unwrap(), Model::load(&im).unwrap());
     assert_eq!(b.header.code.as_ref().map(Vec::len), Some(3), "the model stores its code");
     assert!(rel(&b.weights, &a.weights) < 1e-12 && rel(&b.bias, &a.bias) < 1e-12);
@@ -450,13 +419,13 @@ fn ecoc_with_the_identity_code_is_one_vs_all_and_a_drawn_code_shards_like_one_pr
 
     // 3 classes have only 3 useful columns: a longer drawn code is refused, naming the key.
     let long = CLASSIFY.to_string() + "[ridge]\ncodes = \"ecoc\"\n";
-    let out = sketchfit(&["train", &pipeline(&dir, &long), "-o", dir.path("x.sfm").to_str().unwrap(), "-q"]);
+    let out = sketchfit(&["train", &pipeline_file(&dir, &long), "-o", dir.path("x.sfm").to_str().unwrap(), "-q"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("ridge.code_length") && stderr(&out).contains("code_length ≤ 3"), "{}", stderr(&out));
 
     // A drawn code of length 3: shards carry it, and solve gives the one-process model.
     let drawn = CLASSIFY.to_string() + "[ridge]\ncodes = \"ecoc\"\ncode_length = 3\n";
-    let p = pipeline(&dir, &drawn);
+    let p = pipeline_file(&dir, &drawn);
     let single = dir.path("single.sfm");
     run_ok(&["train", &p, "-o", single.to_str().unwrap(), "-q"]);
     let parts: Vec<String> = (0..2)
@@ -490,7 +459,7 @@ fn transform_writes_uncorrelated_pca_features_with_the_eigenvalues_as_variances(
     write_data(&dir.path("train.parquet"), 700, 100, 12);
     // The features span 27 dimensions (quadratic monomials of 6 inputs, centred): keep 20.
     let body = CLASSIFY.replace("components = 40", "components = 20");
-    let p = pipeline(&dir, &body);
+    let p = pipeline_file(&dir, &body);
     let mpath = dir.path("m.sfm");
     run_ok(&["train", &p, "-o", mpath.to_str().unwrap(), "-q"]);
     let out = dir.path("pca.parquet");
@@ -531,7 +500,7 @@ fn transform_writes_uncorrelated_pca_features_with_the_eigenvalues_as_variances(
     assert_eq!(i.status.code(), Some(0));
     assert!(std::fs::read_to_string(dir.path("scree.svg")).unwrap().contains("<polyline"));
     // A model without PCA has nothing to transform.
-    let np = pipeline(&dir, &CLASSIFY.replace("[pca]\ncomponents = 40\n", ""));
+    let np = pipeline_file(&dir, &CLASSIFY.replace("[pca]\ncomponents = 40\n", ""));
     assert!(!std::fs::read_to_string(&np).unwrap().contains("[pca]"));
     run_ok(&["train", &np, "-o", dir.path("nopca.sfm").to_str().unwrap(), "-q"]);
     let o = sketchfit(&[
@@ -550,7 +519,7 @@ fn transform_writes_uncorrelated_pca_features_with_the_eigenvalues_as_variances(
 fn sharded_two_pass_runs_give_the_single_process_model() {
     let dir = TempDir::new("shards-two-pass");
     write_data(&dir.path("train.parquet"), 2400, 150, 13);
-    let p = pipeline(&dir, &format!("passes = 2\n{}", CLASSIFY.replace("components = 40", "per_stage = [20, 5]")));
+    let p = pipeline_file(&dir, &format!("passes = 2\n{}", CLASSIFY.replace("components = 40", "per_stage = [20, 5]")));
     let single = dir.path("single.sfm");
     run_ok(&["train", &p, "-o", single.to_str().unwrap(), "-q"]);
     let reference = Model::load(&single).unwrap();

@@ -5,7 +5,6 @@
 use sketchfit::pipeline::spec::PipelineSpec;
 use sketchfit::{Model, Pipeline};
 
-use crate::api::rings;
 use crate::common::*;
 
 const PIPELINE: &str = r#"

@@ -12,9 +12,7 @@ use sketchfit::sketch::RffSpec;
 use sketchfit::solve::SolvePath;
 use sketchfit::{Lambda, Model, Pipeline};
 
-use crate::api::{batches, rings};
 use crate::common::*;
-use crate::learners_verified::{four_columns, killed_train, refused};
 
 /// Random Fourier features of the rings (`D` = 1024, a full-rank kernel).
 fn rff_pipeline(lambda: Lambda) -> Pipeline {

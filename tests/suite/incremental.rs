@@ -8,7 +8,6 @@ use sketchfit::sketch::FeaturePipeline;
 use sketchfit::source::Classes;
 use sketchfit::{Pipeline, Statistics};
 
-use crate::api::{batches, pipeline, rings};
 use crate::common::*;
 
 fn row_major(b: &[RecordBatch]) -> Vec<f32> {
@@ -27,7 +26,7 @@ fn row_major(b: &[RecordBatch]) -> Vec<f32> {
 #[test]
 fn batches_added_one_call_at_a_time_give_the_one_call_model() {
     let parts = batches(&rings(900, 2), 150);
-    let p = pipeline().classes(Classes::Int(vec![0, 1, 2]));
+    let p = rings_pipeline().classes(Classes::Int(vec![0, 1, 2]));
     let whole = p.fit(parts.clone()).unwrap();
     let mut stats = p.accumulate(parts[..1].to_vec(), (0, 1)).unwrap();
     for b in &parts[1..] {
@@ -59,7 +58,7 @@ fn batches_added_one_call_at_a_time_give_the_one_call_model() {
 #[test]
 fn partitions_from_empty_copies_merge_in_any_grouping_and_each_once() {
     let parts = batches(&rings(1200, 5), 100);
-    let p = pipeline().classes(Classes::Int(vec![0, 1, 2]));
+    let p = rings_pipeline().classes(Classes::Int(vec![0, 1, 2]));
     let base = p.accumulate(parts[..2].to_vec(), (0, 1)).unwrap();
     let mut shards = Vec::new();
     for i in 0..4 {

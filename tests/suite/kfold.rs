@@ -10,7 +10,6 @@ use sketchfit::sketch::{RffSpec, TensorSketchSpec};
 use sketchfit::source::fold_of;
 use sketchfit::{Lambda, Model, Pipeline};
 
-use crate::api::rings;
 use crate::common::*;
 
 const ROWS: usize = 900;

@@ -31,28 +31,6 @@ fn digits(dir: &TempDir, ridge: &str) -> String {
     p.to_string_lossy().into_owned()
 }
 
-/// `train` with a checkpoint after every row group, stopped by the test hook after
-/// `units` of them (only in builds with debug assertions).
-pub(crate) fn killed_train(pipeline: &str, model: &str, units: usize) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_sketchfit"))
-        .args(["train", pipeline, "-o", model, "-q", "--set", "run.checkpoint_every=1"])
-        .env("SKETCHFIT_TEST_ABORT_AFTER_UNITS", units.to_string())
-        .output()
-        .unwrap()
-}
-
-pub(crate) fn ok(out: &std::process::Output) {
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(out));
-}
-
-pub(crate) fn refused(out: &std::process::Output, needles: &[&str]) {
-    let err = stderr(out);
-    assert_eq!(out.status.code(), Some(2), "exit code; stderr: {err}");
-    for n in needles {
-        assert!(err.contains(n), "stderr lacks '{n}': {err}");
-    }
-}
-
 #[test]
 fn ecoc_scores_are_one_per_class_and_their_argmax_is_the_prediction() {
     let dir = TempDir::new("ecoc-scores");
@@ -157,21 +135,6 @@ fn two_classes_take_a_code_of_length_one_and_code_files_that_repeat_a_column_are
         ]),
         &["rep.txt", "column 1 is the negation of column 0"],
     );
-}
-
-/// Rows `x0 … x3` with a 3-class label; `drop` leaves one feature column out.
-pub(crate) fn four_columns(path: &std::path::Path, n: usize, drop: Option<&str>, shift: usize) {
-    let mut cols: Vec<(&str, ArrayRef)> = Vec::new();
-    for (j, name) in ["x0", "x1", "x2", "x3"].into_iter().enumerate() {
-        if drop == Some(name) {
-            continue;
-        }
-        let v: Vec<f64> = (0..n).map(|i| ((i + shift) as f64 * (0.13 + 0.07 * j as f64)).sin()).collect();
-        cols.push((name, Arc::new(Float64Array::from(v)) as ArrayRef));
-    }
-    let label: Vec<i64> = (0..n).map(|i| ((i + shift) % 3) as i64).collect();
-    cols.push(("label", Arc::new(Int64Array::from(label))));
-    write_parquet(path, cols, 50);
 }
 
 #[test]

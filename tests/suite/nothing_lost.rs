@@ -3,7 +3,6 @@
 //! keeps no checkpoint removes none, and every numeric key that becomes a size is refused
 //! by name past what the code can hold. Each case fails on a build without the check.
 
-use crate::bad_input::{good_columns, pipeline};
 use crate::common::*;
 
 fn snapshot(d: &TempDir) -> Vec<(String, Vec<u8>)> {
@@ -26,7 +25,7 @@ fn a_checkpoint_that_names_the_model_an_input_or_a_stranger_is_refused_and_nothi
     let dir = TempDir::new("ckpt-clobber");
     std::fs::create_dir(dir.path("sub")).unwrap();
     write_parquet(&dir.path("t.parquet"), good_columns(60), 20);
-    let p = pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", "");
+    let p = sketch_pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", "");
     let s = |f: &str| dir.path(f).to_string_lossy().into_owned();
     // A model of an earlier run, and a file of the user's that is no input.
     let ok = sketchfit(&["train", &p, "-o", &s("m.sfm"), "--quiet"]);
@@ -64,7 +63,7 @@ fn a_checkpoint_that_names_the_model_an_input_or_a_stranger_is_refused_and_nothi
 fn a_command_that_keeps_no_checkpoint_removes_none() {
     let dir = TempDir::new("ckpt-none");
     write_parquet(&dir.path("t.parquet"), good_columns(60), 20);
-    let p = pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", "[run]\ncheckpoint_every = 0");
+    let p = sketch_pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", "[run]\ncheckpoint_every = 0");
     // Named as accumulate's default checkpoint would be, but this run keeps none.
     std::fs::write(dir.path("part.sfs.ckpt"), b"kept").unwrap();
     let part = dir.path("part.sfs");
@@ -72,7 +71,7 @@ fn a_command_that_keeps_no_checkpoint_removes_none() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(std::fs::read(dir.path("part.sfs.ckpt")).unwrap(), b"kept");
     // With checkpoints, the same stranger is refused before the pass.
-    let p = pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", "");
+    let p = sketch_pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", "");
     let part2 = dir.path("part2.sfs");
     std::fs::write(dir.path("part2.sfs.ckpt"), b"kept too").unwrap();
     refused_keeping_everything(&dir, &["accumulate", &p, "-o", part2.to_str().unwrap(), "--quiet"], "run.checkpoint");
@@ -82,7 +81,7 @@ fn a_command_that_keeps_no_checkpoint_removes_none() {
 fn a_memory_limit_past_what_a_byte_count_holds_is_refused_by_its_key() {
     let dir = TempDir::new("mem-wrap");
     write_parquet(&dir.path("t.parquet"), good_columns(60), 20);
-    let p = pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", "");
+    let p = sketch_pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", "");
     let m = dir.path("m.sfm");
     // 2⁴⁴ MiB is 2⁶⁴ bytes: the conversion wrapped to 0 and the run was refused "0 allowed".
     let args = ["train", &p, "-o", m.to_str().unwrap(), "--set", "run.memory_limit_mib=17592186044416", "-q"];
@@ -96,7 +95,7 @@ fn a_memory_limit_past_what_a_byte_count_holds_is_refused_by_its_key() {
 fn a_sample_past_what_memory_holds_is_refused_by_its_key() {
     let dir = TempDir::new("sample-wrap");
     write_parquet(&dir.path("t.parquet"), good_columns(60), 20);
-    let p = pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", "");
+    let p = sketch_pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", "");
     let m = dir.path("m.sfm");
     // 2⁶² rows: four times it wrapped (a panic in builds with overflow checks).
     let args = ["train", &p, "-o", m.to_str().unwrap(), "--set", "run.sample_rows=4611686018427387904", "-q"];
@@ -107,7 +106,7 @@ fn a_sample_past_what_memory_holds_is_refused_by_its_key() {
 fn an_output_replaces_only_a_file_sketchfit_wrote() {
     let dir = TempDir::new("replace-own");
     write_parquet(&dir.path("t.parquet"), good_columns(60), 20);
-    let p = pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", "");
+    let p = sketch_pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", "");
     let s = |f: &str| dir.path(f).to_string_lossy().into_owned();
     // A model, a report and predictions sketchfit wrote are replaced by the next run's.
     for _ in 0..2 {

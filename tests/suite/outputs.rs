@@ -2,7 +2,6 @@
 //! a missing output directory is refused before the pass, and only regular files are
 //! read (a FIFO, socket, directory or symlink loop is refused, never waited on).
 
-use crate::bad_input::{good_columns, pipeline, train_fails};
 use crate::common::*;
 
 #[test]
@@ -10,7 +9,7 @@ fn outputs_never_replace_inputs_by_name_link_or_glob() {
     let dir = TempDir::new("clobber");
     write_parquet(&dir.path("t.parquet"), good_columns(60), 20);
     write_parquet(&dir.path("te.parquet"), good_columns(30), 20);
-    let p = pipeline(&dir, &["t*.parquet"], "features = [\"a\", \"b\"]", "[pca]\ncomponents = 4");
+    let p = sketch_pipeline(&dir, &["t*.parquet"], "features = [\"a\", \"b\"]", "[pca]\ncomponents = 4");
     let model = dir.path("m.sfm");
     let ok = sketchfit(&["train", &p, "-o", model.to_str().unwrap(), "--quiet"]);
     assert_eq!(ok.status.code(), Some(0), "{}", stderr(&ok));
@@ -45,7 +44,7 @@ fn outputs_never_replace_inputs_by_name_link_or_glob() {
 fn a_missing_output_directory_is_refused_before_the_pass() {
     let dir = TempDir::new("no-out-dir");
     write_parquet(&dir.path("t.parquet"), good_columns(60), 20);
-    let p = pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", "");
+    let p = sketch_pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", "");
     let out = sketchfit(&["train", &p, "-o", dir.path("nope/m.sfm").to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     let err = stderr(&out);
@@ -68,11 +67,11 @@ fn fifos_directories_and_symlink_loops_are_refused_not_waited_on() {
     for (name, needle) in
         [("f.parquet", "not a regular file"), ("a.parquet", "symlink loop"), ("d.parquet", "a directory")]
     {
-        let p = pipeline(&dir, &[name], "features = [\"a\", \"b\"]", "");
+        let p = sketch_pipeline(&dir, &[name], "features = [\"a\", \"b\"]", "");
         // A FIFO opened for reading would block this test forever: the refusal comes first.
         train_fails(&dir, &p, &[name, needle]);
     }
-    let p = pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", "");
+    let p = sketch_pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", "");
     let model = dir.path("m.sfm");
     assert_eq!(sketchfit(&["train", &p, "-o", model.to_str().unwrap(), "-q"]).status.code(), Some(0));
     let (f, t, x) = (fifo.to_str().unwrap(), dir.path("t.parquet"), dir.path("x.out"));
@@ -96,7 +95,7 @@ fn file_urls_are_local_paths_and_unknown_schemes_are_refused() {
     let dir = TempDir::new("urls");
     write_parquet(&dir.path("t.parquet"), good_columns(60), 20);
     let url = |f: &str| format!("file://{}", dir.path(f).to_string_lossy());
-    let p = pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", "[pca]\ncomponents = 4");
+    let p = sketch_pipeline(&dir, &["t.parquet"], "features = [\"a\", \"b\"]", "[pca]\ncomponents = 4");
     let plain = sketchfit(&["train", &p, "-o", dir.path("a.sfm").to_str().unwrap(), "-q"]);
     assert_eq!(plain.status.code(), Some(0), "{}", stderr(&plain));
     let glob = format!("data.train=[\"{}\"]", url("t*.parquet"));

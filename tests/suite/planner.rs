@@ -3,9 +3,7 @@
 //! on disk, and nothing allocated that the plan did not count. Facts the run reports are
 //! read from its `--report` JSON, not from stderr.
 
-use crate::bad_input::{good_columns, pipeline};
 use crate::common::*;
-use crate::learners_verified::{four_columns, ok, refused};
 use sketchfit::Model;
 
 #[test]
@@ -15,7 +13,7 @@ fn the_memory_statement_covers_the_solve_path_and_a_fixed_lambda_factors_in_plac
     // D = 4096: the Gram is 64 MiB, small chunks keep the buffers near the 32 MiB scratch:
     // the pass fits in 110 MiB, the Gram and a copy (128 MiB) do not. (300 rows ≤ D/2
     // would go to the dual path: the primal paths are named.)
-    let p = pipeline(
+    let p = sketch_pipeline(
         &dir,
         &["t.parquet"],
         "features = [\"a\", \"b\"]",
@@ -52,7 +50,7 @@ fn a_large_fixed_lambda_solve_consumes_statistics_that_are_on_disk_and_equals_th
     write_parquet(&dir.path("t.parquet"), good_columns(200), 100);
     // D = 8192: the Gram copy (277 MB) passes the 256 MiB a solve copies when the
     // statistics are safe on disk anyway.
-    let p = pipeline(
+    let p = sketch_pipeline(
         &dir,
         &["t.parquet"],
         "features = [\"a\", \"b\"]",
@@ -190,7 +188,7 @@ fn an_in_range_dim_whose_gram_would_not_fit_never_allocates_it() {
 fn the_f32_factor_in_the_grams_own_memory_gives_the_f64_model_and_leaves_no_spill() {
     let dir = TempDir::new("spill");
     // More rows than D/2, so the dual does not take the run.
-    write_parquet(&dir.path("t.parquet"), crate::api::rings(4200, 8), 700);
+    write_parquet(&dir.path("t.parquet"), rings(4200, 8), 700);
     let text = "task = \"classification\"\n[data]\ntrain = [\"t.parquet\"]\nfeatures = [\"a\", \"b\", \"c\", \"d\"]\nlabel = \"label\"\n[[stages]]\nkind = \"rff\"\ndim = 4096\nsigma = 1.5\n[ridge]\nlambda = 1.0\n[run]\nseed = 5\nthreads = 2\ngram = \"f32\"\nchunk_rows = 64\n";
     let p = dir.path("p.toml");
     std::fs::write(&p, text).unwrap();
@@ -265,7 +263,7 @@ fn the_f32_factor_in_the_grams_own_memory_gives_the_f64_model_and_leaves_no_spil
 fn the_mixed_precision_solve_gives_the_f64_model_and_falls_back_saying_so() {
     let dir = TempDir::new("mixed");
     // 2,000 rows of D = 1024: primal statistics (the dual takes at most D/2 rows).
-    write_parquet(&dir.path("t.parquet"), crate::api::rings(2000, 8), 500);
+    write_parquet(&dir.path("t.parquet"), rings(2000, 8), 500);
     let text = |lambda: f64, solver: &str| {
         format!("task = \"classification\"\n[data]\ntrain = [\"t.parquet\"]\nfeatures = [\"a\", \"b\", \"c\", \"d\"]\nlabel = \"label\"\n[[stages]]\nkind = \"rff\"\ndim = 1024\nsigma = 1.5\n[ridge]\nlambda = {lambda:e}\nsolver = \"{solver}\"\n[run]\nseed = 5\nthreads = 2\ngram = \"f32\"\n")
     };

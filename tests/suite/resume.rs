@@ -2,7 +2,6 @@
 //! the same bytes as an uninterrupted one in one- and two-pass mode, and from inside an
 //! in-place factorisation, and a resume after the inputs changed is refused.
 
-use crate::batch::{pipeline, write_data, CLASSIFY};
 use crate::common::*;
 
 fn train_with_abort(
@@ -45,7 +44,7 @@ fn killed_runs_resume_to_the_same_model_in_one_and_two_pass_mode() {
         ("one", CLASSIFY.to_string(), vec![1usize, 4, 9]),
         ("two", format!("passes = 2\n{}", CLASSIFY.replace("components = 40", "per_stage = [20, 5]")), vec![3, 10, 14]),
     ] {
-        let p = pipeline(&dir, &body);
+        let p = pipeline_file(&dir, &body);
         let whole = dir.path(&format!("{name}-whole.sfm"));
         let out = train_with_abort(&p, &whole, None, false);
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -64,7 +63,7 @@ fn killed_runs_resume_to_the_same_model_in_one_and_two_pass_mode() {
         }
     }
     // A damaged checkpoint is detected, never used.
-    let p = pipeline(&dir, CLASSIFY);
+    let p = pipeline_file(&dir, CLASSIFY);
     let model = dir.path("bad.sfm");
     train_with_abort(&p, &model, Some(3), false);
     let ckpt = dir.path("bad.sfm.ckpt");
@@ -82,7 +81,7 @@ fn killed_runs_resume_to_the_same_model_in_one_and_two_pass_mode() {
 fn a_resume_after_the_inputs_changed_is_refused() {
     let dir = TempDir::new("resume-glob");
     write_data(&dir.path("train-0.parquet"), 1200, 200, 2);
-    let p = pipeline(&dir, &CLASSIFY.replace("train.parquet", "train-*.parquet"));
+    let p = pipeline_file(&dir, &CLASSIFY.replace("train.parquet", "train-*.parquet"));
     let model = dir.path("m.sfm");
     let out = train_with_abort(&p, &model, Some(2), false);
     assert_ne!(out.status.code(), Some(0));
@@ -99,7 +98,7 @@ fn a_resume_after_the_inputs_changed_is_refused() {
 fn a_real_sigkill_then_resume_gives_the_same_model() {
     let dir = TempDir::new("sigkill");
     write_data(&dir.path("train.parquet"), 24_000, 500, 3);
-    let p = pipeline(&dir, &CLASSIFY.replace("dim = 96", "dim = 1024"));
+    let p = pipeline_file(&dir, &CLASSIFY.replace("dim = 96", "dim = 1024"));
     let whole = dir.path("whole.sfm");
     assert_eq!(train_with_abort(&p, &whole, None, false).status.code(), Some(0));
     let want = std::fs::read(&whole).unwrap();
@@ -129,7 +128,7 @@ fn in_place_pipeline(dir: &TempDir) -> String {
         .replace("dim = 96", "dim = 4096")
         .replace("[[stages]]\nkind = \"identity\"\n[pca]\ncomponents = 40\n", "")
         + "[ridge]\nlambda = 0.1\nsolver = \"cholesky\"\n[run]\nchunk_rows = 64\nmemory_limit_mib = 110\n";
-    pipeline(dir, &body)
+    pipeline_file(dir, &body)
 }
 
 #[test]
@@ -202,7 +201,7 @@ fn a_refit_in_place_keeps_the_pass_without_the_held_out_rows() {
         .replace("dim = 96", "dim = 8192")
         .replace("[[stages]]\nkind = \"identity\"\n[pca]\ncomponents = 40\n", "")
         + "[ridge]\nlambda = \"gcv\"\n";
-    let p = pipeline(&dir, &body);
+    let p = pipeline_file(&dir, &body);
     let model = dir.path("m.sfm");
     let out = killed_in_solve(&p, &model, false);
     assert_ne!(out.status.code(), Some(0), "the hook must stop the run inside the refit");

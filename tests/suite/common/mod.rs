@@ -1,6 +1,14 @@
 //! Shared helpers: a temporary directory per test, Parquet writers and a runner for
 //! the binary.
 
+mod data;
+mod pipelines;
+mod runs;
+
+pub use data::*;
+pub use pipelines::*;
+pub use runs::*;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Arc;
