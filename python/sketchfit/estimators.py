@@ -7,6 +7,7 @@ dicts of stage keys or sketch transformers, ``pca``, ``alpha`` for ``[ridge] lam
 from __future__ import annotations
 
 import numbers
+import os
 
 import numpy as np
 import pyarrow as pa
@@ -57,6 +58,8 @@ class _SketchModel(BaseEstimator):
 
     def _text(self, data: dict, seed: int) -> str:
         run = {"seed": seed, "threads": int(self.n_jobs or 0), "sample_rows": int(self.sample_rows), "gram": self.gram}
+        if getattr(self, "maps", None) is not None:
+            run["maps"] = os.path.abspath(os.fspath(self.maps)) if "://" not in str(self.maps) else str(self.maps)
         if self.validation is not None:
             data = {**data, "validation": expand_paths(self.validation)}
         return pipeline_text(task=self._task, data=data, stages=self._stages(), pca=self._pca(), ridge=self._ridge(), run=run, passes=self.passes)
@@ -227,6 +230,10 @@ _COMMON_DOC = """
         ``[run] seed``: an int gives the command line's model for the same seed.
     n_jobs : int or None
         Worker threads (None or 0: all cores).
+    maps : path or URL, default None
+        A maps file (``Pipeline.fit_maps``, the ``fit-maps`` command; ``[run] maps``):
+        the fitted stages, landmarks and shift are taken from it instead of a pre-pass,
+        so estimators fitted on different data map rows alike and their statistics merge.
 """
 
 
@@ -234,7 +241,8 @@ class SketchRidgeClassifier(ClassifierMixin, _SketchModel):
     __doc__ = "Ridge classifier (one-vs-all ±1 targets) on random features." + _COMMON_DOC
     _task = "classification"
 
-    def __init__(self, stages=None, pca=None, alpha="gcv", per_output=False, validation=None, refit=True, codes="one_vs_all", passes=1, gram="f64", sample_rows=10000, cv=None, random_state=None, n_jobs=None):
+    def __init__(self, stages=None, pca=None, alpha="gcv", per_output=False, validation=None, refit=True, codes="one_vs_all", passes=1, gram="f64", sample_rows=10000, cv=None, random_state=None, n_jobs=None, maps=None):
+        self.maps = maps
         self.stages = stages
         self.cv = cv
         self.pca = pca
@@ -316,7 +324,8 @@ class SketchRidgeRegressor(RegressorMixin, _SketchModel):
     __doc__ = "Ridge regression on random features (one or several targets)." + _COMMON_DOC
     _task = "regression"
 
-    def __init__(self, stages=None, pca=None, alpha="gcv", per_output=False, validation=None, refit=True, passes=1, gram="f64", sample_rows=10000, cv=None, random_state=None, n_jobs=None):
+    def __init__(self, stages=None, pca=None, alpha="gcv", per_output=False, validation=None, refit=True, passes=1, gram="f64", sample_rows=10000, cv=None, random_state=None, n_jobs=None, maps=None):
+        self.maps = maps
         self.stages = stages
         self.cv = cv
         self.pca = pca
@@ -389,10 +398,11 @@ class RFPCA(TransformerMixin, _SketchModel):
     ----------
     n_components : int or float, default 64
         ``[pca] components`` (int) or ``variance`` (float in (0, 1)).
-    stages, sample_rows, random_state, n_jobs, gram : as for :class:`SketchRidgeClassifier`.
+    stages, sample_rows, random_state, n_jobs, gram, maps : as for :class:`SketchRidgeClassifier`.
     """
 
-    def __init__(self, n_components=64, stages=None, gram="f64", sample_rows=10000, random_state=None, n_jobs=None):
+    def __init__(self, n_components=64, stages=None, gram="f64", sample_rows=10000, random_state=None, n_jobs=None, maps=None):
+        self.maps = maps
         self.n_components = n_components
         self.stages = stages
         self.gram = gram

@@ -16,6 +16,7 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import check_estimator
 
 import sketchfit as sf
+from conftest import REPO
 from sketchfit import _core
 from sketchfit._inputs import numpy_table
 
@@ -283,3 +284,27 @@ def test_ecoc_decision_function_is_one_column_per_class_and_predict_is_its_argma
     two = y < 5
     est = sf.SketchRidgeClassifier(stages=[TS], alpha=1e-3, random_state=7).fit(X, two)
     assert est.decision_function(Xt).shape == (len(Xt),)
+
+
+def test_estimators_map_with_a_maps_file_instead_of_a_pre_pass(tmp_path, digits):
+    """``maps=``: the estimator's landmarks are the maps file's (fitted on other rows),
+    whatever rows it is fitted on, so estimators over different data map alike."""
+    from safetensors.numpy import load_file
+
+    _, _, _, yt, _, te, feats = digits
+    # The maps name the digits' columns: the rows come as the same columns.
+    rows = te.slice(0, 200).select(feats)
+    text = (REPO / "pipelines" / "digits_nystrom.toml").read_text()
+    text = text.replace('"../data/', f'"{REPO}/data/').replace("dim = 1024", "dim = 128")
+    maps = tmp_path / "m.maps"
+    sf.Pipeline(text).fit_maps([str(REPO / "data" / "digits_train.parquet")], maps)
+    stages = [{"kind": "nystrom", "kernel": "polynomial", "degree": 3, "gamma": 1.0, "offset": 1.0, "dim": 128, "normalize": "l2"}]
+    landmarks = load_file(str(maps))["stage0.landmarks"]
+    for est in (sf.SketchRidgeClassifier(stages=stages, maps=maps), sf.RFPCA(n_components=8, stages=stages, maps=maps)):
+        est.fit(rows, yt[:200])
+        est.model_.save(tmp_path / "m.sfm")
+        np.testing.assert_array_equal(load_file(str(tmp_path / "m.sfm"))["stage0.landmarks"], landmarks)
+    # Without it, the estimator draws its own landmarks from its rows.
+    own = sf.SketchRidgeClassifier(stages=stages).fit(rows, yt[:200])
+    own.model_.save(tmp_path / "own.sfm")
+    assert not np.array_equal(load_file(str(tmp_path / "own.sfm"))["stage0.landmarks"], landmarks)
