@@ -6,6 +6,7 @@ dicts of stage keys or sketch transformers, ``pca``, ``alpha`` for ``[ridge] lam
 
 from __future__ import annotations
 
+import json
 import numbers
 import os
 
@@ -30,7 +31,16 @@ class _SketchModel(BaseEstimator):
 
     _task = "regression"
 
-    def _stages(self):
+    def _maps_header(self):
+        """The header of the ``maps`` file, read once per fit (None without one)."""
+        if getattr(self, "maps", None) is None:
+            return None
+        return json.loads(_core.maps_header(os.fspath(self.maps), session(None)))
+
+    def _stages(self, maps=None):
+        if self.stages is None and maps is not None:
+            # The maps' own stages: an estimator given only ``maps=`` maps as they were fitted.
+            return maps["keys"]["stages"]
         return stage_dicts(DEFAULT_STAGES if self.stages is None else self.stages)
 
     def _pca(self):
@@ -57,12 +67,15 @@ class _SketchModel(BaseEstimator):
         return ridge
 
     def _text(self, data: dict, seed: int) -> str:
+        maps = self._maps_header()
+        if maps is not None and self.random_state is None:
+            seed = int(maps["seed"])  # the seed the maps were drawn with
         run = {"seed": seed, "threads": int(self.n_jobs or 0), "sample_rows": int(self.sample_rows), "gram": self.gram}
-        if getattr(self, "maps", None) is not None:
-            run["maps"] = os.path.abspath(os.fspath(self.maps)) if "://" not in str(self.maps) else str(self.maps)
+        if maps is not None:
+            run["maps"] = str(self.maps) if "://" in str(self.maps) else os.path.abspath(os.fspath(self.maps))
         if self.validation is not None:
             data = {**data, "validation": expand_paths(self.validation)}
-        return pipeline_text(task=self._task, data=data, stages=self._stages(), pca=self._pca(), ridge=self._ridge(), run=run, passes=self.passes)
+        return pipeline_text(task=self._task, data=data, stages=self._stages(maps), pca=self._pca(), ridge=self._ridge(), run=run, passes=self.passes)
 
     # Inputs -----------------------------------------------------------------------
 
@@ -233,7 +246,8 @@ _COMMON_DOC = """
     maps : path or URL, default None
         A maps file (``Pipeline.fit_maps``, the ``fit-maps`` command; ``[run] maps``):
         the fitted stages, landmarks and shift are taken from it instead of a pre-pass,
-        so estimators fitted on different data map rows alike and their statistics merge.
+        so estimators fitted on different data map rows alike. ``stages`` and
+        ``random_state`` left as None take the maps' own; given, they must be the maps'.
 """
 
 
@@ -398,11 +412,10 @@ class RFPCA(TransformerMixin, _SketchModel):
     ----------
     n_components : int or float, default 64
         ``[pca] components`` (int) or ``variance`` (float in (0, 1)).
-    stages, sample_rows, random_state, n_jobs, gram, maps : as for :class:`SketchRidgeClassifier`.
+    stages, sample_rows, random_state, n_jobs, gram : as for :class:`SketchRidgeClassifier`.
     """
 
-    def __init__(self, n_components=64, stages=None, gram="f64", sample_rows=10000, random_state=None, n_jobs=None, maps=None):
-        self.maps = maps
+    def __init__(self, n_components=64, stages=None, gram="f64", sample_rows=10000, random_state=None, n_jobs=None):
         self.n_components = n_components
         self.stages = stages
         self.gram = gram

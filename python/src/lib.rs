@@ -523,6 +523,15 @@ impl PySession {
     }
 }
 
+/// The header of a maps file (JSON), verified: its seed, stages and keys, which an
+/// estimator given `maps=` takes as its own where its parameters leave them open.
+#[pyfunction]
+fn maps_header(py: Python<'_>, path: PathBuf, session: &PySession) -> PyResult<String> {
+    let s = &session.inner;
+    let maps = py.detach(|| sketchfit::maps::Maps::load_with(s, &path)).map_err(|e| py_err_in(s, e))?;
+    serde_json::to_string(&maps.header).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyPipeline>()?;
@@ -531,6 +540,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyFeatureMap>()?;
     m.add_function(wrap_pyfunction!(values_address, m)?)?;
     m.add_function(wrap_pyfunction!(kinds, m)?)?;
+    m.add_function(wrap_pyfunction!(maps_header, m)?)?;
     m.add_class::<PySession>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

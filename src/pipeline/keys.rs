@@ -75,6 +75,20 @@ pub(crate) fn first_difference(spec: &PipelineSpec, recorded: &Value) -> Option<
     recorded.iter().find(|(k, v)| now.get(*k) != Some(v)).map(|(k, v)| (k.clone(), v.clone()))
 }
 
+/// [`first_difference`] for a run over a maps file, which compares the feature columns
+/// as they resolve (`px*` and the list of the same columns are one map) and skips the
+/// pre-pass sample size, which decides nothing the maps file does not already hold.
+pub(crate) fn first_difference_over_maps(spec: &PipelineSpec, recorded: &Value) -> Option<(String, Value)> {
+    let now = statistics_keys(spec);
+    let skipped = |k: &str| matches!(k, "features" | "feature_list" | "sample_rows");
+    let recorded = recorded.as_object()?;
+    recorded
+        .iter()
+        .filter(|(k, _)| !skipped(k))
+        .find(|(k, v)| now.get(*k) != Some(v))
+        .map(|(k, v)| (k.clone(), v.clone()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,5 +134,18 @@ mod tests {
         other.ridge.lambda = crate::pipeline::spec::LambdaValue::Number(0.5);
         assert_eq!(f(&other, &["a".into()]), here);
         assert!(first_difference(&other, &Value::Object(statistics_keys(&base))).is_none());
+    }
+
+    #[test]
+    fn over_maps_the_columns_count_as_resolved_and_the_sample_size_not_at_all() {
+        let base = spec();
+        let recorded = Value::Object(statistics_keys(&base));
+        let mut spelt = base.clone();
+        spelt.data.features = vec!["x0".into(), "x1".into()];
+        spelt.run.sample_rows = 7;
+        assert_eq!(first_difference(&spelt, &recorded).map(|d| d.0).as_deref(), Some("features"));
+        assert!(first_difference_over_maps(&spelt, &recorded).is_none());
+        spelt.run.seed = 9;
+        assert_eq!(first_difference_over_maps(&spelt, &recorded).map(|d| d.0).as_deref(), Some("seed"));
     }
 }

@@ -311,7 +311,8 @@ fn from_maps(
             have.dim
         )));
     }
-    if let Some((key, was)) = crate::pipeline::keys::first_difference(spec, &maps.header.keys) {
+    // (The columns were compared as resolved just above.)
+    if let Some((key, was)) = crate::pipeline::keys::first_difference_over_maps(spec, &maps.header.keys) {
         return Err(Error::config(
             &spec.source,
             key,
