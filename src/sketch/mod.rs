@@ -299,7 +299,7 @@ pub fn array_fitted(spec: &StageSpec) -> Error {
         "pipeline",
         "stages",
         format!(
-            "the {} stage's landmarks are drawn from the data by a training run and live only in its model, not in statistics, parts or a spec: train it in one run (sketchfit train)",
+            "the {} stage's landmarks are drawn from the data and live in a model or a maps file, not in statistics, parts or a spec: train it in one run (sketchfit train), or fit a maps file once (sketchfit fit-maps; Pipeline.fit_maps) and give it to every run (--maps, run.maps; maps= in Python)",
             spec.kind()
         ),
     )

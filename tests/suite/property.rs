@@ -267,8 +267,8 @@ fn check_trained_model(case: u64, text: &str, dir: &TempDir, valid: bool) {
         && !text.contains("cv =")
         && !text.contains("[solver]")
         && !text.contains("solver = \"dual\"")
-        // A Nyström stage's landmarks live only in a trained model: parts are refused
-        // by name before their pass (tests/suite/nystrom.rs).
+        // A Nyström stage's landmarks live in a model or a maps file: parts without
+        // maps are refused by name before their pass (tests/suite/nystrom.rs).
         && !text.contains("kind = \"nystrom\"")
         // A PCA of fewer rows than components has a null space whose basis rounding
         // may turn: its models agree on the data, not weight by weight.
