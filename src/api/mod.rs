@@ -1,5 +1,5 @@
 //! The typed library API: a pipeline built in code (or read from a file), fitted on
-//! Arrow record batches in memory or on Parquet files, and a [`Model`] that predicts on
+//! Arrow record batches in memory or on Parquet files, and a [`Model`](crate::Model) that predicts on
 //! a record batch or a row-major slice. The pipeline file and the command line are a
 //! thin layer over the same driver; this is the surface other languages bind to.
 //!

@@ -268,10 +268,11 @@ pub(crate) fn solve_loaded(
             format!("shards {missing:?} of {} are missing (pass --allow-partial to solve without them)", first.shards),
         ));
     }
-    parts.sort_by_key(|p| p.meta.shard);
+    // Weights follow the order the parts were given in (oldest first), before the sort.
     if let Some(weights) = &opts.weights {
         weigh(&mut parts, first.maps.is_some(), weights, report)?;
     }
+    parts.sort_by_key(|p| p.meta.shard);
     // Take the parts' statistics rather than copy them, and free each once merged: at
     // large D a part is gigabytes.
     let mut blocks = std::mem::take(&mut parts[0].blocks);

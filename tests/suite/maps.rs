@@ -274,6 +274,27 @@ fn weighted_parts_are_weighted_ridge_and_a_decayed_window_carries_forward() {
     ok(&solve(&["d1.sfs", "copy.sfs", "d2.sfs"], &["-q"], "twice.sfm"));
     let (w, twice) = (weights(&part("w.sfm")), weights(&part("twice.sfm")));
     assert!(rel(&w, &twice) < 1e-10, "{:e}", rel(&w, &twice));
+    // Weights go with the parts in the order given, whatever shards they hold: day 3 in
+    // two shards given around day 2 is day 3 whole.
+    for (name, shard) in [("t0.sfs", "0/2"), ("t1.sfs", "1/2")] {
+        ok(&sketchfit(&[
+            "accumulate",
+            &p,
+            "--maps",
+            &maps,
+            "-i",
+            &repo("data/digits_train.parquet"),
+            "--shard",
+            shard,
+            "-o",
+            &part(name),
+            "-q",
+        ]));
+    }
+    ok(&solve(&["t1.sfs", "d2.sfs", "t0.sfs"], &["--weights", "2,1,2", "-q"], "sharded.sfm"));
+    ok(&solve(&["d3.sfs", "d2.sfs"], &["--weights", "2,1", "-q"], "whole.sfm"));
+    let (a, b) = (weights(&part("sharded.sfm")), weights(&part("whole.sfm")));
+    assert!(rel(&a, &b) < 1e-10, "{:e}", rel(&a, &b));
     // Decay over three days = the first two decayed into one file, solved with the third.
     let all = solve(&["d1.sfs", "d2.sfs", "d3.sfs"], &["--decay", "1"], "all.sfm");
     ok(&all);
