@@ -8,6 +8,9 @@
   lock, an atomic, a once-cell, a cell, and no `static mut` or `thread_local!` (run state
   lives in a `Session`).
 
+- the command line is built on the public API: nothing under src/cli/ or in
+  src/main.rs names `sketchfit::pipeline` (the drivers it runs are `sketchfit::api::commands`).
+
 (No function takes more than six parameters: clippy.toml, checked by clippy.)
 Exit 1 with what broke a rule, 0 otherwise."""
 
@@ -105,7 +108,23 @@ def main():
         print("mutable static: " + where)
     print(f"mutable statics in src/: {len(statics)}")
     failed |= bool(statics)
+    side = side_doors()
+    for where in side:
+        print("the command line reaches past the API: " + where)
+    print(f"imports of sketchfit::pipeline in the command line: {len(side)}")
+    failed |= bool(side)
     return 1 if failed else 0
+
+
+def side_doors():
+    """`file:line` of each use of `sketchfit::pipeline` in the binary's sources."""
+    found = []
+    paths = list(rust_files(os.path.join("src", "cli"))) + [os.path.join(ROOT, "src", "main.rs")]
+    for p in paths:
+        for i, line in enumerate(open(p, encoding="utf-8"), 1):
+            if "sketchfit::pipeline" in line.split("//")[0]:
+                found.append(f"{os.path.relpath(p, ROOT)}:{i}")
+    return found
 
 
 MUTABLE = re.compile(r"\bstatic\s+mut\b|\bthread_local!|\bstatic\s+[A-Z_][A-Z0-9_]*\s*:\s*[^=;]*"

@@ -23,6 +23,7 @@
 //! # Ok::<(), sketchfit::Error>(())
 //! ```
 
+pub mod commands;
 mod feature_map;
 mod fit;
 mod model;

@@ -1,8 +1,8 @@
 use std::path::PathBuf;
 
+use sketchfit::api::commands::RunOptions;
+use sketchfit::api::commands::{accumulate_shard, parse_shard};
 use sketchfit::error::Result;
-use sketchfit::pipeline::RunOptions;
-use sketchfit::pipeline::{accumulate_shard, parse_shard};
 use sketchfit::Session;
 
 /// `sketchfit accumulate PIPELINE --shard i/N -o PART`
@@ -66,7 +66,7 @@ pub fn run(session: &Session, a: Args) -> Result<()> {
     for p in a.pass1.iter().chain(&a.maps) {
         sketchfit::atomic::register_input(session, p);
     }
-    sketchfit::pipeline::check_run_outputs(&opts, "--output")?;
+    sketchfit::api::commands::check_run_outputs(&opts, "--output")?;
     if let Some(c) = &checkpoint {
         sketchfit::atomic::register_own(session, c);
     }

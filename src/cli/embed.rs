@@ -7,9 +7,9 @@ use arrow_schema::{DataType, Field, Schema};
 use parquet::arrow::ArrowWriter;
 
 use super::mmd::SketchArgs;
+use sketchfit::api::commands::embed_groups;
 use sketchfit::atomic::AtomicFile;
 use sketchfit::error::{Error, Location, Result};
-use sketchfit::pipeline::mmd::embed_groups;
 use sketchfit::twosample::Lsh;
 
 /// `sketchfit embed --input FILES --group-by COL --output OUT.parquet`

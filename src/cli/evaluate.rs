@@ -1,8 +1,8 @@
 use std::path::PathBuf;
 
+use sketchfit::api::commands::evaluate;
 use sketchfit::error::{Error, Result};
 use sketchfit::model::Model;
-use sketchfit::pipeline::predict::evaluate;
 use sketchfit::Session;
 
 /// `sketchfit evaluate MODEL --input FILES`

@@ -1,7 +1,7 @@
 use std::path::PathBuf;
 
+use sketchfit::api::commands::RunOptions;
 use sketchfit::error::Result;
-use sketchfit::pipeline::RunOptions;
 use sketchfit::Session;
 
 /// `sketchfit fit-maps PIPELINE -o MAPS`
@@ -25,9 +25,9 @@ pub fn run(session: &Session, a: Args) -> Result<()> {
     let checked = spec.check()?;
     super::register_inputs(session, &spec);
     let opts = RunOptions { session: session.clone(), output: Some(a.output.clone()), ..RunOptions::default() };
-    sketchfit::pipeline::check_run_outputs(&opts, "--output")?;
+    sketchfit::api::commands::check_run_outputs(&opts, "--output")?;
     let mut reporter = super::reporter(session, a.quiet);
-    let maps = sketchfit::pipeline::fit_maps(session, &checked, &mut reporter)?;
+    let maps = sketchfit::api::commands::fit_maps(session, &checked, &mut reporter)?;
     maps.save_with(session, &a.output)?;
     let back = sketchfit::maps::Maps::load_with(&Session::new(), &a.output)?;
     super::print_out(&format!(

@@ -94,7 +94,7 @@ pub fn run(session: &Session, a: Args) -> Result<()> {
         (None, None) => " (fixed)".into(),
     };
     match &h.sparse {
-        None => s += &format!("lambda: {}{how}\n", sketchfit::pipeline::stream::lambda_text(&h.lambdas)),
+        None => s += &format!("lambda: {}{how}\n", sketchfit::api::commands::lambda_text(&h.lambdas)),
         Some(t) => s += &sparse_text(t),
     }
     if let Some(t) = &h.candidates {

@@ -1,7 +1,7 @@
 use std::path::PathBuf;
 
+use sketchfit::api::commands::kernel_error;
 use sketchfit::error::{Error, Result};
-use sketchfit::pipeline::kernel_error::kernel_error;
 use sketchfit::Session;
 
 /// `sketchfit kernel-error PIPELINE [--input FILES]`

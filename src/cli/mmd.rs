@@ -1,7 +1,7 @@
 use std::path::PathBuf;
 
+use sketchfit::api::commands::{mmd, MmdOptions, Sketching};
 use sketchfit::error::{Error, Result};
-use sketchfit::pipeline::mmd::{mmd, MmdOptions, Sketching};
 use sketchfit::sketch::{GaussianSketchHdSpec, StageSpec};
 use sketchfit::source::{ColumnSpec, FeatureColumns};
 use sketchfit::Session;

@@ -17,8 +17,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use sketchfit::api::commands::PipelineSpec;
 use sketchfit::error::Error;
-use sketchfit::pipeline::spec::PipelineSpec;
 use sketchfit::Session;
 
 /// Kernel models on data larger than memory.
@@ -153,9 +153,9 @@ fn register_inputs(session: &Session, spec: &PipelineSpec) {
 
 /// The reporter of a command: every line to stderr unless `quiet`, with the session's
 /// credentials redacted.
-fn reporter(session: &Session, quiet: bool) -> sketchfit::pipeline::Reporter {
+fn reporter(session: &Session, quiet: bool) -> sketchfit::api::commands::Reporter {
     let session = session.clone();
-    sketchfit::pipeline::Reporter::new(Box::new(move |line: &str| {
+    sketchfit::api::commands::Reporter::new(Box::new(move |line: &str| {
         if !quiet {
             eprintln!("{}", session.redact(line));
         }
@@ -166,7 +166,7 @@ fn reporter(session: &Session, quiet: bool) -> sketchfit::pipeline::Reporter {
 fn write_report(
     session: &Session,
     path: Option<&std::path::Path>,
-    report: &sketchfit::pipeline::RunReport,
+    report: &sketchfit::api::commands::RunReport,
 ) -> Result<(), Error> {
     let Some(path) = path else { return Ok(()) };
     let mut value = serde_json::to_value(report).map_err(|e| Error::bug_from("the run report serialises", e))?;

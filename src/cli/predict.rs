@@ -1,8 +1,8 @@
 use std::path::PathBuf;
 
+use sketchfit::api::commands::{predict, PredictOptions};
 use sketchfit::error::Result;
 use sketchfit::model::Model;
-use sketchfit::pipeline::predict::{predict, PredictOptions};
 use sketchfit::Session;
 
 /// `sketchfit predict MODEL --input FILES --output OUT.parquet`

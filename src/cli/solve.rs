@@ -1,8 +1,8 @@
 use std::path::PathBuf;
 
+use sketchfit::api::commands::{evaluate, Evaluation};
+use sketchfit::api::commands::{solve_parts, PartWeights, SolveOutcome};
 use sketchfit::error::Result;
-use sketchfit::pipeline::predict::{evaluate, Evaluation};
-use sketchfit::pipeline::{solve_parts, PartWeights, SolveOutcome};
 use sketchfit::Session;
 
 /// `sketchfit solve PIPELINE PART… -o MODEL`
@@ -72,7 +72,7 @@ pub fn run(session: &Session, a: Args) -> Result<()> {
     outputs.extend(a.statistics.as_deref().map(|s| ("--statistics", s)));
     sketchfit::atomic::check_outputs(session, &outputs, None)?;
     let mut reporter = super::reporter(session, quiet);
-    let opts = sketchfit::pipeline::RunOptions {
+    let opts = sketchfit::api::commands::RunOptions {
         session: session.clone(),
         maps: a.maps.clone(),
         statistics: a.statistics.clone(),
@@ -81,7 +81,7 @@ pub fn run(session: &Session, a: Args) -> Result<()> {
             (None, Some(w)) => Some(PartWeights::Each(w)),
             (None, None) => None,
         },
-        ..sketchfit::pipeline::RunOptions::default()
+        ..sketchfit::api::commands::RunOptions::default()
     };
     // The parts are the statistics on disk: a large fixed-λ solve may consume them.
     let outcome = solve_parts(&checked, parts, (a.allow_partial, a.pass1.as_deref()), &a.output, &opts, &mut reporter)?;
@@ -103,7 +103,7 @@ pub fn run(session: &Session, a: Args) -> Result<()> {
         parts.len(),
         h.dim,
         h.components,
-        sketchfit::pipeline::stream::lambda_text(&h.lambdas)
+        sketchfit::api::commands::lambda_text(&h.lambdas)
     );
     if !spec.data.test.is_empty() {
         if let Evaluation::Classification { rows, accuracy, .. } = evaluate(
@@ -111,7 +111,7 @@ pub fn run(session: &Session, a: Args) -> Result<()> {
             &model,
             &spec.data.test,
             spec.run.chunk_rows,
-            sketchfit::pipeline::RunOptions::default().threads_for(&checked),
+            sketchfit::api::commands::RunOptions::default().threads_for(&checked),
             !quiet,
         )? {
             out += &format!("test accuracy: {accuracy:.4} ({rows} rows)\n");

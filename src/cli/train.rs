@@ -1,8 +1,8 @@
 use std::path::PathBuf;
 
+use sketchfit::api::commands::RunOptions;
+use sketchfit::api::commands::{evaluate, Evaluation};
 use sketchfit::error::Result;
-use sketchfit::pipeline::predict::{evaluate, Evaluation};
-use sketchfit::pipeline::RunOptions;
 use sketchfit::Session;
 
 /// `sketchfit train PIPELINE -o MODEL`
@@ -60,14 +60,14 @@ pub fn run(session: &Session, a: Args) -> Result<()> {
     if let Some(m) = &a.maps {
         sketchfit::atomic::register_input(session, m);
     }
-    sketchfit::pipeline::check_run_outputs(&opts, "--output")?;
+    sketchfit::api::commands::check_run_outputs(&opts, "--output")?;
     if let Some(c) = &checkpoint {
         // Rewritten as the pass goes: the one output this run may replace.
         sketchfit::atomic::register_own(session, c);
     }
     let threads = opts.threads_for(&checked);
     let mut reporter = super::reporter(session, quiet);
-    let model = sketchfit::pipeline::run::train(&checked, &opts, &mut reporter)?;
+    let model = sketchfit::api::commands::train(&checked, &opts, &mut reporter)?;
     let h = &model.header;
     let mut out = format!(
         "trained on {} rows: D = {}, components = {}, outputs = {}, lambda = {}\n",
@@ -75,7 +75,7 @@ pub fn run(session: &Session, a: Args) -> Result<()> {
         h.dim,
         h.components,
         h.outputs,
-        sketchfit::pipeline::stream::lambda_text(&h.lambdas)
+        sketchfit::api::commands::lambda_text(&h.lambdas)
     );
     if !spec.data.test.is_empty() {
         match evaluate(session, &model, &spec.data.test, spec.run.chunk_rows, threads, !quiet)? {

@@ -1,8 +1,8 @@
 use std::path::PathBuf;
 
+use sketchfit::api::commands::{transform, PredictOptions};
 use sketchfit::error::Result;
 use sketchfit::model::Model;
-use sketchfit::pipeline::predict::{transform, PredictOptions};
 use sketchfit::Session;
 
 /// `sketchfit transform MODEL --input FILES --output OUT.parquet`
