@@ -412,10 +412,12 @@ class RFPCA(TransformerMixin, _SketchModel):
     ----------
     n_components : int or float, default 64
         ``[pca] components`` (int) or ``variance`` (float in (0, 1)).
-    stages, sample_rows, random_state, n_jobs, gram : as for :class:`SketchRidgeClassifier`.
+    stages, sample_rows, random_state, n_jobs, gram, maps : as for :class:`SketchRidgeClassifier`
+        (a classifier's maps serve: RF-PCA takes their map, not their classes).
     """
 
-    def __init__(self, n_components=64, stages=None, gram="f64", sample_rows=10000, random_state=None, n_jobs=None):
+    def __init__(self, n_components=64, stages=None, gram="f64", sample_rows=10000, random_state=None, n_jobs=None, maps=None):
+        self.maps = maps
         self.n_components = n_components
         self.stages = stages
         self.gram = gram

@@ -301,7 +301,8 @@ def test_estimators_map_with_a_maps_file_instead_of_a_pre_pass(tmp_path, digits)
     stages = [{"kind": "nystrom", "kernel": "polynomial", "degree": 3, "gamma": 1.0, "offset": 1.0, "dim": 128, "normalize": "l2"}]
     landmarks = load_file(str(maps))["stage0.landmarks"]
     # Stages and seed given as the maps', or left to the maps (None).
-    for est in (sf.SketchRidgeClassifier(stages=stages, random_state=7, maps=maps), sf.SketchRidgeClassifier(maps=maps)):
+    for est in (sf.SketchRidgeClassifier(stages=stages, random_state=7, maps=maps), sf.SketchRidgeClassifier(maps=maps),
+                sf.RFPCA(n_components=8, maps=maps)):
         est.fit(rows, yt[:200])
         est.model_.save(tmp_path / "m.sfm")
         np.testing.assert_array_equal(load_file(str(tmp_path / "m.sfm"))["stage0.landmarks"], landmarks)

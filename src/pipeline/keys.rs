@@ -77,10 +77,15 @@ pub(crate) fn first_difference(spec: &PipelineSpec, recorded: &Value) -> Option<
 
 /// [`first_difference`] for a run over a maps file, which compares the feature columns
 /// as they resolve (`px*` and the list of the same columns are one map) and skips the
-/// pre-pass sample size, which decides nothing the maps file does not already hold.
+/// pre-pass sample size, which decides nothing the maps file does not already hold. A
+/// regression over maps takes their map and nothing of their labels (RF-PCA over the maps
+/// of a classifier), so its task, label, targets and code are not compared; parts of
+/// either kind still merge only with parts of the same keys.
 pub(crate) fn first_difference_over_maps(spec: &PipelineSpec, recorded: &Value) -> Option<(String, Value)> {
     let now = statistics_keys(spec);
-    let skipped = |k: &str| matches!(k, "features" | "feature_list" | "sample_rows");
+    let regression = spec.task == crate::model::Task::Regression;
+    let labels = |k: &str| matches!(k, "task" | "label" | "targets" | "null_labels" | "codes" | "code_length");
+    let skipped = |k: &str| matches!(k, "features" | "feature_list" | "sample_rows") || (regression && labels(k));
     let recorded = recorded.as_object()?;
     recorded
         .iter()
@@ -147,5 +152,14 @@ mod tests {
         assert!(first_difference_over_maps(&spelt, &recorded).is_none());
         spelt.run.seed = 9;
         assert_eq!(first_difference_over_maps(&spelt, &recorded).map(|d| d.0).as_deref(), Some("seed"));
+        // A regression takes a classifier's map, not its labels; a classifier's code counts.
+        let mut regression = base.clone();
+        regression.task = crate::model::Task::Regression;
+        regression.data.label = None;
+        regression.data.targets = vec!["t".into()];
+        assert!(first_difference_over_maps(&regression, &recorded).is_none());
+        let mut ecoc = base.clone();
+        ecoc.ridge.codes = crate::pipeline::spec::Codes::Ecoc;
+        assert_eq!(first_difference_over_maps(&ecoc, &recorded).map(|d| d.0).as_deref(), Some("codes"));
     }
 }

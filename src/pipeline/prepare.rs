@@ -322,14 +322,16 @@ fn from_maps(
             ),
         ));
     }
-    let code = match (&maps.header.classes, &maps.header.code) {
+    // A regression over a classifier's maps takes the map, not the class list.
+    let classes = if spec.task == Task::Regression { None } else { maps.header.classes.clone() };
+    let code = match (&classes, &maps.header.code) {
         (None, _) => None,
         (Some(k), None) => Some(OutputCode::OneVsAll { classes: k.len() }),
         (Some(_), Some(rows)) => {
             Some(OutputCode::from_rows(rows).map_err(|e| maps.refuse(format!("output code: {e}")))?)
         }
     };
-    let labels = Labels { classes: maps.header.classes.clone(), code, features: labeled.features.clone() };
+    let labels = Labels { classes, code, features: labeled.features.clone() };
     let c = labels.code.as_ref().map_or(spec.data.targets.len(), OutputCode::outputs);
     let mut work: Vec<WorkUnit> = labeled.units().into_iter().map(|unit| WorkUnit { unlabeled: false, unit }).collect();
     if let Some(u) = &unlabeled {
