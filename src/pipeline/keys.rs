@@ -70,9 +70,18 @@ pub(crate) fn fingerprint(
 /// The first key whose value in `spec` differs from what a part recorded (`recorded`),
 /// with the recorded value. Keys a part did not record (older parts) are not compared.
 pub(crate) fn first_difference(spec: &PipelineSpec, recorded: &Value) -> Option<(String, Value)> {
+    difference_but(spec, recorded, |_| false)
+}
+
+/// The first recorded key, other than the `skipped` ones, whose value `spec` changes.
+fn difference_but(spec: &PipelineSpec, recorded: &Value, skipped: impl Fn(&str) -> bool) -> Option<(String, Value)> {
     let now = statistics_keys(spec);
     let recorded = recorded.as_object()?;
-    recorded.iter().find(|(k, v)| now.get(*k) != Some(v)).map(|(k, v)| (k.clone(), v.clone()))
+    recorded
+        .iter()
+        .filter(|(k, _)| !skipped(k))
+        .find(|(k, v)| now.get(*k) != Some(v))
+        .map(|(k, v)| (k.clone(), v.clone()))
 }
 
 /// [`first_difference`] for a run over a maps file, which compares the feature columns
@@ -82,16 +91,11 @@ pub(crate) fn first_difference(spec: &PipelineSpec, recorded: &Value) -> Option<
 /// of a classifier), so its task, label, targets and code are not compared; parts of
 /// either kind still merge only with parts of the same keys.
 pub(crate) fn first_difference_over_maps(spec: &PipelineSpec, recorded: &Value) -> Option<(String, Value)> {
-    let now = statistics_keys(spec);
     let regression = spec.task == crate::model::Task::Regression;
     let labels = |k: &str| matches!(k, "task" | "label" | "targets" | "null_labels" | "codes" | "code_length");
-    let skipped = |k: &str| matches!(k, "features" | "feature_list" | "sample_rows") || (regression && labels(k));
-    let recorded = recorded.as_object()?;
-    recorded
-        .iter()
-        .filter(|(k, _)| !skipped(k))
-        .find(|(k, v)| now.get(*k) != Some(v))
-        .map(|(k, v)| (k.clone(), v.clone()))
+    difference_but(spec, recorded, |k| {
+        matches!(k, "features" | "feature_list" | "sample_rows") || (regression && labels(k))
+    })
 }
 
 #[cfg(test)]

@@ -213,7 +213,7 @@ pub fn embed_groups(
     stream(&ds, &ds.units(), chunk_rows, &mut |ch: Chunk| {
         z.resize(ch.rows * m, 0.0);
         pipeline.map_chunk(&ch.x, ch.rows, &mut z, threads);
-        let key = crate::source::cast_column(&ch.keep[0], &arrow_schema::DataType::Utf8).map_err(|e| {
+        let key = crate::source::cast::cast(&ch.keep[0], &arrow_schema::DataType::Utf8).map_err(|e| {
             Error::data(ch.location.clone().column(group_by), format!("cannot read the group column as text: {e}"))
         })?;
         let key = arrow_array::cast::AsArray::as_string::<i32>(&key);

@@ -403,6 +403,7 @@ impl PartWeights {
     /// The weight of each of `parts` parts; every one finite and positive, or the flag's
     /// usage error.
     pub fn resolve(&self, parts: usize) -> Result<Vec<f64>> {
+        let flag = self.flag();
         let weights: Vec<f64> = match self {
             PartWeights::HalfLife(h) if h.is_finite() && *h > 0.0 => {
                 (0..parts).map(|k| (-((parts - 1 - k) as f64) / h).exp2()).collect()
@@ -420,10 +421,18 @@ impl PartWeights {
         };
         if let Some((k, w)) = weights.iter().enumerate().find(|(_, w)| !(w.is_finite() && **w > 0.0)) {
             return Err(Error::usage(
-                "--weights",
+                flag,
                 format!("part {} has weight {w}; weights are above 0 (leave a part out to drop it)", k + 1),
             ));
         }
         Ok(weights)
+    }
+
+    /// The flag these weights came from, for the refusals that name it.
+    pub fn flag(&self) -> &'static str {
+        match self {
+            PartWeights::HalfLife(_) => "--decay",
+            PartWeights::Each(_) => "--weights",
+        }
     }
 }

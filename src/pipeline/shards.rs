@@ -183,13 +183,9 @@ fn write_merged(
 /// Scales each part's sums by its weight (parts over a maps file only: the shards of
 /// one run are one data set, not a series).
 fn weigh(parts: &mut [Statistics], over_maps: bool, weights: &PartWeights, report: &mut Reporter) -> Result<()> {
-    let flag = match weights {
-        PartWeights::HalfLife(_) => "--decay",
-        PartWeights::Each(_) => "--weights",
-    };
     if !over_maps {
         return Err(Error::usage(
-            flag,
+            weights.flag(),
             "parts are weighted when they are accumulated over a maps file (accumulate --maps); the shards of one run are one data set",
         ));
     }

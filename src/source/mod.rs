@@ -20,7 +20,7 @@ use parquet::arrow::ProjectionMask;
 use crate::error::{Error, Location, Result};
 use crate::session::Session;
 
-mod cast;
+pub(crate) mod cast;
 mod columns;
 mod folds;
 mod input;
@@ -140,12 +140,6 @@ pub fn expand_paths(session: &Session, patterns: &[PathBuf]) -> Result<Vec<PathB
         }
     }
     Ok(out)
-}
-
-/// A column as `to` (`Float32`, `Float64`, `Int64`, `Utf8`), through a dictionary if it
-/// is one; a value that does not fit is an error, never a null.
-pub(crate) fn cast_column(a: &ArrayRef, to: &DataType) -> std::result::Result<ArrayRef, cast::CastError> {
-    cast::cast(a, to)
 }
 
 pub(super) fn is_numeric(t: &DataType) -> bool {

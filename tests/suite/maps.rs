@@ -310,6 +310,10 @@ fn weighted_parts_are_weighted_ridge_and_a_decayed_window_carries_forward() {
     refused(&solve(&["d1.sfs", "d2.sfs"], &["--weights", "1"], "r.sfm"), "1 weight(s) for 2 part(s)");
     refused(&solve(&["d1.sfs", "d2.sfs"], &["--weights", "0,1"], "r.sfm"), "part 1 has weight 0");
     refused(&solve(&["d1.sfs", "d2.sfs"], &["--decay", "0"], "r.sfm"), "--decay");
+    // A half-life so short that an older part's weight underflows to 0 names --decay.
+    let tiny = solve(&["d1.sfs", "d2.sfs"], &["--decay", "1e-300"], "r.sfm");
+    refused(&tiny, "part 1 has weight 0");
+    assert!(stderr(&tiny).contains("--decay"), "{}", stderr(&tiny));
     refused(&solve(&["d1.sfs", "d2.sfs"], &["--decay", "1", "--weights", "1,1"], "r.sfm"), "--weights");
 }
 
