@@ -23,6 +23,12 @@ that, and these copies are meant to add rows near the data, not new shapes. The 
 choose the parameters on the holdout rows (never on test rows). Only training images may go in: deform `fit.parquet`
 (or `train.parquet` for a final run), never the holdout or the test file.
 
+`--jitter` makes a different kind of copy: copy k is every image moved by the k-th whole-pixel
+offset (the four one-pixel moves, then the four diagonals; at most 8 copies), with no
+resampling — DeCoste and Schölkopf's virtual examples. A bilinear copy at a fractional
+offset is blurred, which the test images never are; a whole-pixel move is as sharp as its
+original. The random generator is not drawn from, so `--seed` has no effect.
+
 Memory is bounded: the input is read a row group at a time and each row group's copies are
 written as they are made (copies of one input row group go out in K row groups, copy k of
 every row of it in the k-th, so a reader streams them). The output is written beside its
@@ -79,6 +85,24 @@ def sampling_map(rng: np.random.Generator, side: int, args) -> tuple:
     return sy, sx
 
 
+# The integer translations of `--jitter`, nearest first: the four one-pixel moves, then the
+# four diagonal ones (DeCoste & Schölkopf's virtual examples).
+JITTER = [(0, 1), (0, -1), (1, 0), (-1, 0), (1, 1), (1, -1), (-1, 1), (-1, -1)]
+
+
+def translate(images: np.ndarray, dy: int, dx: int) -> np.ndarray:
+    """Each `side × side` image moved by whole pixels, what enters from outside 0: no
+    resampling, so the copy is as sharp as the original."""
+    n, d = images.shape
+    side = math.isqrt(d)
+    src = images.reshape(n, side, side)
+    out = np.zeros_like(src, dtype=np.float64)
+    ys, yd = (slice(0, side - dy), slice(dy, side)) if dy >= 0 else (slice(-dy, side), slice(0, side + dy))
+    xs, xd = (slice(0, side - dx), slice(dx, side)) if dx >= 0 else (slice(-dx, side), slice(0, side + dx))
+    out[:, yd, xd] = src[:, ys, xs]
+    return out.reshape(n, d)
+
+
 def deform(images: np.ndarray, rng: np.random.Generator, args) -> np.ndarray:
     """One deformed copy of each `side × side` image (rows of `images`), float64."""
     n, d = images.shape
@@ -132,10 +156,18 @@ def main(argv=None) -> int:
     ap.add_argument("--rotate", type=float, default=8.0, help="largest rotation in degrees (default 8)")
     ap.add_argument("--sigma", type=float, default=4.0, help="smoothing of the displacement field, pixels at 28 × 28 (default 4)")
     ap.add_argument("--alpha", type=float, default=20.0, help="scale of the elastic field at 28 × 28 (default 20)")
+    ap.add_argument(
+        "--jitter",
+        action="store_true",
+        help="copy k is each image moved by the k-th whole-pixel offset (up to 8: the four "
+        "one-pixel moves, then the diagonals) instead of a random deformation",
+    )
     ap.add_argument("--preview", type=pathlib.Path, help="also write a PNG grid: originals, then their first copies")
     args = ap.parse_args(argv)
     if args.copies < 1:
         ap.error("--copies must be at least 1")
+    if args.jitter and args.copies > len(JITTER):
+        ap.error(f"--jitter makes at most {len(JITTER)} copies (one per whole-pixel offset)")
     if args.output.exists():
         ap.error(f"{args.output} exists; remove it or choose another name")
     if args.output.resolve() == args.input.resolve():
@@ -158,7 +190,7 @@ def main(argv=None) -> int:
                 images = np.column_stack([part.column(c).to_numpy(zero_copy_only=False) for c in cols]).astype(np.float64)
                 top = float(images.max()) if top is None else max(top, float(images.max()))
                 for k in range(args.copies):
-                    copy = deform(images, rng, args)
+                    copy = translate(images, *JITTER[k]) if args.jitter else deform(images, rng, args)
                     arrays = [as_type(copy[:, j], schema.field(c).type, top) for j, c in enumerate(cols)]
                     writer.write_table(pa.Table.from_arrays(arrays + [part.column("label")], schema=out_schema))
                     written += part.num_rows

@@ -50,3 +50,23 @@ def test_deformed_copies_keep_columns_labels_and_seed(tmp_path, cli):
     said = cli("evaluate", tmp_path / "m.sfm", "-i", tmp_path / "a.parquet")
     accuracy = float(next(line for line in said.splitlines() if line.startswith("accuracy:")).split()[1])
     assert accuracy > 0.8, said
+
+
+def test_jitter_moves_each_copy_by_its_whole_pixel_offset(tmp_path):
+    r = deform(tmp_path / "j.parquet", "-k", 3, "--jitter")
+    assert r.returncode == 0, r.stderr
+    src, out = pq.read_table(DIGITS), pq.read_table(tmp_path / "j.parquet")
+    cols = [c for c in out.column_names if c.startswith("px")]
+    side = int(len(cols) ** 0.5)
+    groups = pq.ParquetFile(DIGITS)
+    first = groups.read_row_group(0, columns=cols)
+    n = first.num_rows
+    img = np.column_stack([first.column(c).to_numpy() for c in cols]).reshape(n, side, side)
+    copies = np.column_stack([out.column(c).to_numpy() for c in cols])[: 3 * n].reshape(3, n, side, side)
+    # Copy 0 moves right by one (column 0 empty), copy 1 left, copy 2 down; nothing else changes.
+    assert np.array_equal(copies[0][:, :, 1:], img[:, :, :-1]) and not copies[0][:, :, 0].any()
+    assert np.array_equal(copies[1][:, :, :-1], img[:, :, 1:]) and not copies[1][:, :, -1].any()
+    assert np.array_equal(copies[2][:, 1:, :], img[:, :-1, :]) and not copies[2][:, 0, :].any()
+    assert out.num_rows == 3 * src.num_rows
+    r = deform(tmp_path / "k.parquet", "-k", 9, "--jitter")
+    assert r.returncode != 0 and "at most 8" in r.stderr
