@@ -104,9 +104,15 @@ pub struct ModelHeader {
     /// The PCA projections: feature ranges and components (what `transform` outputs).
     #[serde(default)]
     pub projections: Vec<ProjectionInfo>,
-    /// The ridge solve path that ran (`eigen`, `cholesky`, `tridiagonal`).
+    /// The ridge solve path that ran (`eigen`, `cholesky`, `cholesky_f32`, `tridiagonal`,
+    /// `dual`), or the sparse learner.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub solver: Option<String>,
+    /// The ridge solve on Gram statistics that gave the weights, as planned: the path,
+    /// and a Cholesky's λ and factor (absent for the dual, a sparse learner, and files
+    /// written before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub solve: Option<crate::solve::RidgeSolve>,
     /// How the mixed-precision solve's refinement ended (`cholesky_f32` only): steps,
     /// final residual, and whether the f64 factorisation took over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -495,5 +501,23 @@ mod tests {
         // Older files wrote null: read as NaN rather than refused.
         let old = json.replace("\"NaN\"", "null");
         assert!(serde_json::from_str::<GcvCurve>(&old).unwrap().sigma_bar.is_nan());
+    }
+
+    #[test]
+    fn the_solve_is_stored_as_its_value_and_read_back_as_it() {
+        use crate::solve::{DirectSolve, Factor, PositiveLambda, RidgeSolve};
+        let solve = RidgeSolve::Direct(DirectSolve::Cholesky {
+            lambda: PositiveLambda::new(0.03).unwrap(),
+            factor: Factor::MixedInPlace,
+        });
+        let json = serde_json::to_value(solve).unwrap();
+        assert_eq!(json, serde_json::json!({"path": "cholesky", "lambda": 0.03, "factor": "mixed_in_place"}));
+        assert_eq!(serde_json::from_value::<RidgeSolve>(json).unwrap(), solve);
+        for other in [RidgeSolve::Eigen, RidgeSolve::Direct(DirectSolve::Tridiagonal)] {
+            assert_eq!(serde_json::from_value::<RidgeSolve>(serde_json::to_value(other).unwrap()).unwrap(), other);
+        }
+        // A Cholesky at a λ it cannot factor at is refused, never read.
+        let bad = serde_json::json!({"path": "cholesky", "lambda": 0.0, "factor": "copy"});
+        assert!(serde_json::from_value::<RidgeSolve>(bad).is_err());
     }
 }

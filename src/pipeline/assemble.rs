@@ -51,6 +51,7 @@ pub(crate) fn assemble(checked: &CheckedPipeline, fitted: Fitted) -> Model {
         validation: s.validation,
         projections: infos,
         solver: Some(s.solver),
+        solve: s.solve,
         refinement: s.refinement,
         sparse: s.sparse,
         candidates: s.candidates,

@@ -9,7 +9,6 @@ use crate::error::{Error, Result};
 use crate::pipeline::accumulate::Accumulation;
 use crate::pipeline::parts::{read_stats, FileKind};
 use crate::pipeline::plan::{Plan, RunOptions};
-use crate::pipeline::solve_ctx::KeepState;
 use crate::stats::{stats_to_file, GramStats};
 
 /// Writes checkpoints at unit boundaries.
@@ -49,54 +48,6 @@ impl Checkpointer<'_> {
             done: done.to_vec(),
         };
         stats_to_file(self.session, self.path, named, serde_json::to_value(&meta).unwrap_or_default())
-    }
-}
-
-/// The run's checkpoint written by the solve, just before a factorisation in place
-/// consumes the state (see [`KeepState`]).
-pub(crate) struct BeforeSolve<'a> {
-    pub(crate) checkpointer: Checkpointer<'a>,
-    pub(crate) pass: u32,
-    pub(crate) done: &'a [usize],
-    /// The checkpoint the run resumed from holds this state already (every unit of the
-    /// last pass was done): writing it again would copy it onto itself.
-    pub(crate) on_disk: bool,
-    written: std::sync::atomic::AtomicBool,
-}
-
-impl<'a> BeforeSolve<'a> {
-    pub(crate) fn new(checkpointer: Checkpointer<'a>, pass: u32, done: &'a [usize], on_disk: bool) -> BeforeSolve<'a> {
-        BeforeSolve { checkpointer, pass, done, on_disk, written: false.into() }
-    }
-
-    /// The checkpoint as a local file (none: it is in object storage).
-    fn local_path(&self) -> Option<std::path::PathBuf> {
-        let path = self.checkpointer.path;
-        (!crate::remote::is_remote(path)).then(|| crate::remote::local(path))
-    }
-
-    /// The solve handed the state over and it was written.
-    pub(crate) fn written(&self) -> bool {
-        self.written.load(std::sync::atomic::Ordering::Relaxed)
-    }
-}
-
-impl KeepState for BeforeSolve<'_> {
-    fn keep(&self, blocks: &[(String, &GramStats)]) -> Result<Option<std::path::PathBuf>> {
-        if !self.on_disk {
-            let named: Vec<(&str, &GramStats)> = blocks.iter().map(|(n, s)| (n.as_str(), *s)).collect();
-            self.checkpointer.write_blocks(&named, self.pass, self.done)?;
-            self.written.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-        if cfg!(feature = "fault-injection") && std::env::var_os("SKETCHFIT_TEST_ABORT_IN_SOLVE").is_some() {
-            // The test hook's kill inside the factorisation, once the state is on disk.
-            std::process::abort();
-        }
-        Ok(self.local_path())
-    }
-
-    fn spill_path(&self) -> Option<std::path::PathBuf> {
-        spill_beside(self.checkpointer.path)
     }
 }
 

@@ -23,6 +23,7 @@ pub mod check;
 mod checkpoint;
 mod fit_maps;
 mod incremental;
+mod keep;
 pub mod kernel_error;
 mod keys;
 pub mod mmd;

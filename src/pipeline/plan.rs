@@ -12,14 +12,17 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::pipeline::check::{CheckedPipeline, Learner, PcaSettings, Selection, SparseSettings, DUAL_NEEDS};
 use crate::pipeline::spec::PcaMethod;
+pub use crate::solve::RidgeSolve;
 use crate::solve::{Components, LambdaChoice, SolvePath};
 use crate::stats::GramStats;
 
 mod memory;
+mod solve;
 
 pub use memory::MemoryPlan;
 use memory::COPY_WHEN_ON_DISK_MAX;
 pub(crate) use memory::{chunk_rows_for, memory_limit, mib};
+pub use solve::Refit;
 
 /// How a run is driven, beyond the pipeline file.
 #[derive(Debug, Clone, Default)]
@@ -89,26 +92,6 @@ pub struct Facts {
     pub fetch_bytes: u64,
 }
 
-/// How ridge is solved on Gram statistics.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct RidgeSolve {
-    /// Cholesky, tridiagonal or eigen.
-    pub path: SolvePath,
-    /// The Cholesky factors the statistics' own Gram (it is on disk, or a copy would not fit).
-    pub in_place: bool,
-    /// The mixed-precision factor takes the Gram's own memory (it does not fit beside the
-    /// statistics), the f64 Gram spilled to a file beside the checkpoint meanwhile.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub spill: bool,
-}
-
-impl RidgeSolve {
-    /// The solve factors the statistics it is given, consuming them.
-    pub fn consumes(&self) -> bool {
-        self.in_place && self.path.is_cholesky()
-    }
-}
-
 /// How one PCA is found.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct PcaPlan {
@@ -132,7 +115,7 @@ pub struct Primal {
     /// How λ is settled.
     pub selection: Selection,
     /// The solve at the chosen λ on train ∪ validation (held-out selection with refit).
-    pub refit: Option<RidgeSolve>,
+    pub refit: Option<Refit>,
 }
 
 /// Ridge on the kept rows' `n × n` kernel.
@@ -150,7 +133,7 @@ pub struct KFold {
     /// Folds.
     pub k: usize,
     /// The refit at the chosen λ.
-    pub refit: RidgeSolve,
+    pub refit: Refit,
 }
 
 /// Two passes: a PCA per stage, then ridge on the projected features.
@@ -163,7 +146,7 @@ pub struct TwoPass {
     /// How λ is settled.
     pub selection: Selection,
     /// The refit at the chosen λ.
-    pub refit: Option<RidgeSolve>,
+    pub refit: Option<Refit>,
     /// Outputs `c` (pass two's targets).
     pub outputs: usize,
 }
@@ -207,6 +190,9 @@ struct Planner<'a> {
     opts: &'a RunOptions,
     facts: &'a Facts,
     limit: Option<u64>,
+    /// The run's driver keeps the statistics in its checkpoint before a solve consumes
+    /// them (not a candidate's solve, nor a solve of parts).
+    keeps: bool,
 }
 
 impl Plan {
@@ -214,7 +200,8 @@ impl Plan {
     /// for where it cannot take the run, candidates in parts — naming the key; whether
     /// the memory fits is [`MemoryPlan::check`], once its line has been said.
     pub fn decide(checked: &CheckedPipeline, facts: &Facts, opts: &RunOptions) -> Result<(Plan, MemoryPlan)> {
-        let planner = Planner { checked, opts, facts, limit: memory_limit(checked, facts.map_bytes) };
+        let keeps = opts.checkpoint.is_some() && !opts.from_parts;
+        let planner = Planner { checked, opts, facts, limit: memory_limit(checked, facts.map_bytes), keeps };
         let plan = planner.plan()?;
         let mut memory = match &plan {
             Plan::Dual(d) => planner.dual_memory(d),
@@ -237,7 +224,7 @@ impl Plan {
     /// Some solve of this plan may consume the pass's statistics: a Cholesky in place,
     /// first or in the refit at the chosen λ (which merges the held-out rows into them).
     pub fn consumes_statistics(&self) -> bool {
-        let refit = |r: &Option<RidgeSolve>| r.is_some_and(|r| r.consumes());
+        let refit = |r: &Option<Refit>| r.is_some_and(Refit::consumes);
         match self {
             Plan::Primal(p) => p.solve.consumes() || refit(&p.refit),
             Plan::TwoPass(t) => t.solve.consumes() || refit(&t.refit),
@@ -250,8 +237,8 @@ impl Plan {
     /// spilled to disk.
     pub fn spills(&self) -> bool {
         match self {
-            Plan::Primal(p) => p.solve.spill,
-            Plan::TwoPass(t) => t.solve.spill,
+            Plan::Primal(p) => p.solve.spills(),
+            Plan::TwoPass(t) => t.solve.spills(),
             _ => false,
         }
     }
@@ -259,8 +246,8 @@ impl Plan {
     /// The path named in the model and the memory line.
     pub fn path(&self) -> SolvePath {
         match self {
-            Plan::Primal(p) => p.solve.path,
-            Plan::TwoPass(t) => t.solve.path,
+            Plan::Primal(p) => p.solve.path(),
+            Plan::TwoPass(t) => t.solve.path(),
             Plan::KFold(_) => SolvePath::Tridiagonal,
             Plan::Dual(_) => SolvePath::Dual,
             Plan::Sparse(_) => SolvePath::Eigen,
@@ -289,7 +276,7 @@ impl Planner<'_> {
                 .pipelines
                 .iter()
                 .zip(&self.facts.dims)
-                .map(|(p, &dim)| Planner { checked: p, ..*self }.one(dim))
+                .map(|(p, &dim)| Planner { checked: p, keeps: false, ..*self }.one(dim))
                 .collect::<Result<_>>()?;
             return Ok(Plan::Candidates { plans });
         }
@@ -310,14 +297,12 @@ impl Planner<'_> {
         if let Selection::KFold { k } = c.selection {
             // The refit is at a fixed λ: `auto` factors once; a named path is kept.
             let refit = match c.learner {
-                Learner::Ridge { solver: SolvePath::Tridiagonal } => {
-                    RidgeSolve { path: SolvePath::Tridiagonal, in_place: false, spill: false }
+                Learner::Ridge { solver: SolvePath::Tridiagonal } => Refit::Tridiagonal,
+                Learner::Ridge { solver: SolvePath::Eigen } => Refit::Eigen,
+                Learner::Ridge { solver: SolvePath::CholeskyF32 } => {
+                    Refit::Cholesky(self.cholesky(SolvePath::CholeskyF32, dim, 1))
                 }
-                Learner::Ridge { solver: SolvePath::Eigen } => {
-                    RidgeSolve { path: SolvePath::Eigen, in_place: false, spill: false }
-                }
-                Learner::Ridge { solver: SolvePath::CholeskyF32 } => self.cholesky(SolvePath::CholeskyF32, dim, 1),
-                _ => self.cholesky(SolvePath::Cholesky, dim, 1),
+                _ => Refit::Cholesky(self.cholesky(SolvePath::Cholesky, dim, 1)),
             };
             return Ok(Plan::KFold(KFold { k, refit }));
         }
@@ -354,70 +339,6 @@ impl Planner<'_> {
                 _ => w,
             })
             .sum()
-    }
-
-    /// The path `ridge.solver` names, or the cheapest that answers (math.md §13.7):
-    /// Cholesky for a fixed λ > 0, tridiagonal for a λ still to choose, eigen with a PCA,
-    /// unlabeled rows or λ = 0. `direct`: ridge on all features of the labeled rows.
-    fn ridge_solve(&self, direct: bool, dim: usize, sets: u64) -> Result<RidgeSolve> {
-        let lambda = self.checked.selection.lambda();
-        let fixed_positive = matches!(lambda, LambdaChoice::Fixed(l) if l > 0.0);
-        let zero = matches!(lambda, LambdaChoice::Fixed(l) if l == 0.0);
-        let asked = match &self.checked.learner {
-            Learner::Ridge { solver } => *solver,
-            Learner::Sparse(_) => SolvePath::Eigen,
-        };
-        let path = match asked {
-            SolvePath::Auto | SolvePath::Dual if !direct || zero => SolvePath::Eigen,
-            // ("dual" reaches here only where the dual takes no run: check refuses it.)
-            SolvePath::Auto | SolvePath::Dual if fixed_positive => return Ok(self.auto_factor(dim, sets)),
-            SolvePath::Auto | SolvePath::Dual => SolvePath::Tridiagonal,
-            path => path,
-        };
-        Ok(match path {
-            SolvePath::CholeskyF32 => self.mixed_where_it_fits(self.cholesky(path, dim, sets), dim, sets, false),
-            SolvePath::Cholesky => self.cholesky(path, dim, sets),
-            path => RidgeSolve { path, in_place: false, spill: false },
-        })
-    }
-
-    /// The one factor `auto` takes for a fixed λ > 0: mixed-precision where it pays and
-    /// fits, else the f64 Cholesky.
-    fn auto_factor(&self, dim: usize, sets: u64) -> RidgeSolve {
-        let path = if self.f32_factor_pays(dim) { SolvePath::CholeskyF32 } else { SolvePath::Cholesky };
-        self.mixed_where_it_fits(self.cholesky(path, dim, sets), dim, sets, true)
-    }
-
-    /// `auto` factors in f32 and refines (math.md §13.11) where the run already accepted
-    /// an f32 Gram and the factorisation is a cost worth halving: from D = 8192 the f32
-    /// factor and its refinement take about half the f64 factor's time to the same
-    /// weights, while below it both take about a second (`SECTIONS=solve scripts/bench.sh`).
-    fn f32_factor_pays(&self, dim: usize) -> bool {
-        self.checked.spec().run.gram == crate::stats::Precision::F32 && dim >= 8192
-    }
-
-    /// A Cholesky (`path`: either precision) of the statistics of `D` features, `sets`
-    /// sets of them held: in place when a copy would not fit beside them, or when they are
-    /// on disk and a copy is large.
-    fn cholesky(&self, path: SolvePath, dim: usize, sets: u64) -> RidgeSolve {
-        let c = self.facts.outputs;
-        let copy = path.bytes(dim, c);
-        // Statistics read from parts are in memory already: what the machine has left
-        // is what the copy must fit in.
-        let stats = if self.opts.from_parts { 0 } else { sets * GramStats::bytes_for(dim, c) };
-        let fits = self.limit.is_none_or(|l| stats + copy <= l);
-        let in_place = !fits || (self.opts.stats_on_disk && copy > COPY_WHEN_ON_DISK_MAX);
-        RidgeSolve { path, in_place, spill: false }
-    }
-
-    /// The refit after a held-out choice: at a shared λ on all features the path `auto`
-    /// takes for a fixed λ (one Cholesky, mixed-precision where the Gram is f32 and large
-    /// and its factor fits), else the first solve's path, which gives any λ (a chosen λ of
-    /// 0 takes that path too: the Cholesky needs λ > 0).
-    fn refit(&self, first: RidgeSolve, dim: usize) -> Option<RidgeSolve> {
-        let Selection::HeldOut { refit: true, per_output } = self.checked.selection else { return None };
-        let auto = matches!(self.checked.learner, Learner::Ridge { solver: SolvePath::Auto | SolvePath::Dual });
-        Some(if auto && !per_output && first.path == SolvePath::Tridiagonal { self.auto_factor(dim, 2) } else { first })
     }
 
     /// Dense or block Krylov for `E` of `dim`: block Krylov's basis grows to about 3E, so

@@ -1,8 +1,8 @@
-//! Ridge on accumulated statistics by the path the plan chose (math.md §13.2–13.7): the
+//! Ridge on accumulated statistics by the solve the plan chose (math.md §13.2–13.7): the
 //! problem on all features (Cholesky at a fixed λ, in place where planned, or the
 //! tridiagonal form for a grid), or PCA and ridge in the eigenbasis ([`primal`]); then
 //! λ settled by the plan's selection, the refit where it asks for one, and the weights
-//! folded back to feature space ([`settle`]). One-pass statistics, pass two's projected
+//! folded back to feature space ([`settle`]). Nothing here changes a decision of the plan. One-pass statistics, pass two's projected
 //! statistics and the k-fold refit all solve here.
 
 use std::time::Instant;
@@ -10,13 +10,14 @@ use std::time::Instant;
 use crate::error::{Error, Location, Result};
 use crate::model::{Projection, ProjectionInfo};
 use crate::pipeline::check::Selection;
+use crate::pipeline::keep::StateLease;
 use crate::pipeline::plan::{PcaPlan, RidgeSolve};
 use crate::pipeline::projection::{fit_pca, record, worst_residual, StagePca};
 use crate::pipeline::report::{Reporter, SelectionReport, SolveReport};
 use crate::pipeline::select::{self, Fits, Space};
 use crate::pipeline::solve_ctx::{Settled, Solution, SolveCtx};
 use crate::pipeline::stream::lambda_text;
-use crate::solve::{Components, GcvCurve, Keep, LambdaChoice, Pca, Ridge, RotatedProblem, SolvePath};
+use crate::solve::{Components, DirectSolve, Factor, GcvCurve, Pca, Ridge, RotatedProblem, SolvePath};
 use crate::stats::{Centered, GramStats};
 
 /// A solved ridge problem: weights for any λ of its grid, and what the model records.
@@ -33,8 +34,8 @@ pub(crate) struct Solved {
     pub unlabeled_rows: u64,
     pub components: usize,
     pub components_requested: usize,
-    /// The Cholesky factored the statistics' own Gram.
-    pub in_place: bool,
+    /// The solve that ran on Gram statistics (none: the dual's).
+    pub solve: Option<RidgeSolve>,
 }
 
 impl Solved {
@@ -53,7 +54,7 @@ impl Solved {
             unlabeled_rows: 0,
             components: dim,
             components_requested: dim,
-            in_place: false,
+            solve: None,
         }
     }
 }
@@ -84,92 +85,59 @@ pub(crate) fn enough_rows(n: u64) -> Result<()> {
     Ok(())
 }
 
-/// Ridge on all features of `stats` by the direct path planned (`Ridge::direct`), saying
-/// what the run should know: a factorisation in place, a rank short of `D`. `keep` keeps
-/// the statistics before an in-place factor consumes them; `spill` is where a planned
-/// spill of the Gram goes (beside the checkpoint).
+/// Ridge on all features of `stats` by the direct solve planned (`Ridge::direct`), saying
+/// what the run should know: a factorisation in place, where a spilled Gram went, a rank
+/// short of `D`. `lease` keeps the statistics before the solve consumes or spills them.
 pub(crate) fn direct(
     stats: &mut GramStats,
-    solve: RidgeSolve,
-    lambda: LambdaChoice,
+    solve: DirectSolve,
+    lease: &mut StateLease<'_>,
     threads: usize,
     report: Option<&mut Reporter>,
-    (keep, spill): (Option<Keep<'_>>, Option<&std::path::Path>),
 ) -> Result<(Ridge, Vec<f64>)> {
-    let spill = spill.filter(|_| solve.spill && solve.consumes());
-    let in_place = solve.consumes();
     let dim = stats.dim();
     let mut report = report;
-    if let (true, None, Some(r)) = (in_place, spill, report.as_deref_mut()) {
-        r.say(match solve.path {
-            SolvePath::CholeskyF32 => "solve: an f64 fallback would factor in place on the statistics (they are on disk, or a copy of the Gram would not fit)",
-            _ => "solve: factoring in place on the statistics (they are on disk, or a copy of the Gram would not fit)",
-        });
-    }
-    // Statistics that nothing keeps (no checkpoint, or a copy of them) are consumed as they are.
-    let mut nothing = |_: &GramStats| Ok(None);
-    let mut keep: Option<Keep<'_>> = match (in_place, keep) {
-        (false, _) => None,
-        (true, Some(k)) => Some(&mut *k),
-        (true, None) => Some(&mut nothing),
-    };
-    // A spilled solve knows where its Gram is read back from once the state is kept.
-    let mut saying;
-    if let Some((spill, inner)) = spill.and_then(|s| keep.take().map(|k| (s, k))) {
-        let mut r = report.as_deref_mut();
-        saying = move |s: &GramStats| {
-            let kept = inner(s)?;
-            let from = kept.as_ref().map_or_else(
-                || format!("spilled to {}", spill.display()),
-                |k| format!("read from the checkpoint {} (block '{}'), not written again", k.path.display(), k.block),
-            );
-            if let Some(r) = r.as_deref_mut() {
-                r.say(format!(
-                    "solve: the f32 factor takes the statistics' own memory; their Gram, {from}, is streamed back by each refinement step"
-                ));
+    if let (DirectSolve::Cholesky { factor, .. }, Some(r)) = (solve, report.as_deref_mut()) {
+        match factor {
+            Factor::InPlace => {
+                r.say("solve: factoring in place on the statistics (they are on disk, or a copy of the Gram would not fit)")
             }
-            Ok(kept)
-        };
-        keep = Some(&mut saying);
+            Factor::MixedInPlace => r.say("solve: an f64 fallback would factor in place on the statistics (they are on disk, or a copy of the Gram would not fit)"),
+            _ => {}
+        }
     }
-    let d = Ridge::direct(stats, solve.path, lambda, keep, spill, threads)?;
+    let d = Ridge::direct(stats, solve, lease, threads);
+    if let Some(r) = report.as_deref_mut() {
+        for from in lease.said.drain(..) {
+            r.say(format!(
+                "solve: the f32 factor takes the statistics' own memory; their Gram, {from}, is streamed back by each refinement step"
+            ));
+        }
+    }
+    let d = d?;
     if let (Some(rank), Some(r)) = (d.rank, report) {
         r.say(format!("note: the covariance has numerical rank {rank} of {dim}"));
     }
     Ok((d.ridge, d.eigenvalues))
 }
 
-/// The statistics of one pass solved by `solve`: on all features directly, or PCA (on
-/// all rows when some are unlabeled) and ridge in its eigenbasis. `keep` is called
-/// before a factorisation in place consumes `labeled` (the caller's whole state with it).
+/// The statistics of one pass solved by `solve`: on all features directly, or PCA (`pca`;
+/// on all rows when some are unlabeled) and ridge in its eigenbasis. `lease` keeps the
+/// caller's whole state before a factorisation in place consumes `labeled`.
 pub(crate) fn primal(
     labeled: &mut GramStats,
     unlabeled: Option<&GramStats>,
-    solve: (RidgeSolve, Option<&PcaPlan>),
-    lambda: LambdaChoice,
+    (solve, pca_plan): (RidgeSolve, Option<&PcaPlan>),
     ctx: &mut SolveCtx<'_>,
-    keep: Option<Keep<'_>>,
+    lease: &mut StateLease<'_>,
 ) -> Result<Solved> {
-    let (mut solve, pca_plan) = solve;
     enough_rows(labeled.n)?;
-    // λ = 0 (a grid of a zero spectrum) is the pseudo-inverse: the Cholesky cannot take it.
-    if solve.path.is_cholesky() && !matches!(lambda, LambdaChoice::Fixed(l) if l > 0.0) {
-        solve = RidgeSolve { path: SolvePath::Eigen, in_place: false, spill: false };
-    }
     let shift = labeled.shift.clone();
-    if solve.path != SolvePath::Eigen {
+    if let RidgeSolve::Direct(d) = solve {
         let cl = labeled.moments();
-        let spill = ctx.keeper.and_then(|k| k.spill_path());
-        if solve.spill && spill.is_none() {
-            // Nowhere to spill the Gram (the planner spills only beside a local
-            // checkpoint): the f64 factor in place needs no more memory, and the model
-            // names the path that solved.
-            solve = RidgeSolve { path: SolvePath::Cholesky, in_place: true, spill: false };
-        }
-        let (ridge, eigenvalues) =
-            direct(labeled, solve, lambda, ctx.threads, Some(ctx.report), (keep, spill.as_deref()))?;
-        let in_place = solve.consumes();
-        return Ok(Solved { shift, in_place, ..Solved::on_all_features(ridge, solve.path, cl, eigenvalues) });
+        let (ridge, eigenvalues) = direct(labeled, d, lease, ctx.threads, Some(ctx.report))?;
+        let solved = Solved::on_all_features(ridge, d.path(), cl, eigenvalues);
+        return Ok(Solved { shift, solve: Some(solve), ..solved });
     }
     let use_pca = pca_plan.is_some();
     let dense = PcaPlan { components: Components::All, krylov: None, tolerance: ctx.checked.pca.tolerance };
@@ -205,7 +173,7 @@ pub(crate) fn primal(
     let projections = if use_pca { vec![projection(&pca, 0..dim, mean_a)] } else { Vec::new() };
     Ok(Solved {
         ridge: Ridge::Eigen(problem),
-        path: solve.path,
+        path: SolvePath::Eigen,
         rows: cl.n,
         shift,
         labeled: cl,
@@ -215,7 +183,7 @@ pub(crate) fn primal(
         unlabeled_rows: unl,
         components: if use_pca { pca.e_eff } else { dim },
         components_requested: if use_pca { pca.e_requested } else { dim },
-        in_place: false,
+        solve: Some(solve),
     })
 }
 
@@ -297,8 +265,12 @@ pub(crate) fn settle(
         )),
         None => {}
     }
-    ctx.report.report.solve =
-        Some(SolveReport { path: solved.path.name().into(), in_place: solved.in_place, seconds, refinement });
+    ctx.report.report.solve = Some(SolveReport {
+        path: solved.path.name().into(),
+        in_place: solved.solve.is_some_and(RidgeSolve::consumes),
+        seconds,
+        refinement,
+    });
     Ok(Solution {
         weights,
         bias,
@@ -314,6 +286,7 @@ pub(crate) fn settle(
             unlabeled_rows: solved.unlabeled_rows,
             validation: table,
             solver: solved.path.name().into(),
+            solve: solved.solve,
             refinement,
             sparse: None,
             candidates: None,
@@ -321,20 +294,6 @@ pub(crate) fn settle(
         candidate: ctx.candidate,
         score: choice.score,
     })
-}
-
-/// The refit's λ choice: a shared λ > 0 solves once at it (the Cholesky the plan chose),
-/// anything else keeps the grid of the first solve.
-pub(crate) fn refit_lambda(solve: RidgeSolve, lambdas: &[f64]) -> (RidgeSolve, LambdaChoice) {
-    let shared = lambdas.windows(2).all(|w| w[0] == w[1]) && lambdas.first().is_some_and(|&l| l > 0.0);
-    match (solve.path, shared) {
-        (path, true) if path.is_cholesky() => (solve, LambdaChoice::Fixed(lambdas[0])),
-        (path, false) if path.is_cholesky() => (
-            RidgeSolve { path: SolvePath::Tridiagonal, in_place: false, spill: false },
-            LambdaChoice::Gcv { per_output: true },
-        ),
-        _ => (solve, LambdaChoice::Gcv { per_output: !shared }),
-    }
 }
 
 /// Folds the solved space's `(W_p, b_p)` into `W` (D × c) and `b` over the features.

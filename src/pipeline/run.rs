@@ -8,12 +8,12 @@ use crate::model::Model;
 use crate::pipeline::assemble::{assemble, Fitted};
 use crate::pipeline::check::CheckedPipeline;
 use crate::pipeline::check::Learner;
-use crate::pipeline::checkpoint::{BeforeSolve, Checkpointer};
+use crate::pipeline::checkpoint::Checkpointer;
+use crate::pipeline::keep::Keeper;
 use crate::pipeline::pass::{accumulate, Run};
 use crate::pipeline::plan::{Facts, Plan, RunOptions};
 use crate::pipeline::prepare::{prepare_with, Prepared};
 use crate::pipeline::report::Reporter;
-use crate::pipeline::solve_ctx::KeepState;
 use crate::solve::SolvePath;
 
 /// The plan of a prepared run, with the memory it needs stated (and refused beyond the
@@ -96,11 +96,11 @@ pub fn train_prepared(
             fingerprint: &prep.fingerprint,
             passes: checked.passes(),
         };
-        BeforeSolve::new(checkpointer, acc.pass(), &units, on_disk)
+        Keeper::new(checkpointer, acc.pass(), &units, on_disk)
     });
     let solution = {
         let mut ctx = run.ctx(report, Some(&prep.labeled));
-        ctx.keeper = keeper.as_ref().map(|k| k as &dyn KeepState);
+        ctx.keeper = keeper.as_ref();
         acc.solve(&mut ctx)
     };
     if let Some(k) = keeper.as_ref().filter(|k| k.written()) {

@@ -5,12 +5,12 @@
 
 use crate::model::{CandidateTable, Projection, ProjectionInfo, SparseTable, ValidationTable};
 use crate::pipeline::check::CheckedPipeline;
+use crate::pipeline::keep::Keeper;
 use crate::pipeline::prepare::{FittedMap, Labels};
 use crate::pipeline::report::Reporter;
 use crate::solve::GcvCurve;
 use crate::solve::Refinement;
 use crate::source::Dataset;
-use crate::stats::GramStats;
 
 /// What a solve works with.
 pub(crate) struct SolveCtx<'a> {
@@ -33,41 +33,9 @@ pub(crate) struct SolveCtx<'a> {
     pub threads: usize,
     /// The report.
     pub report: &'a mut Reporter,
-    /// Keeps the run's pass state (its checkpoint) just before a factorisation in place
-    /// consumes any of it.
-    pub keeper: Option<&'a dyn KeepState>,
-}
-
-/// What keeps a run's pass state when a solve is about to consume part of it: an
-/// accumulation hands over its whole state, named as [`state`] names it, with the block
-/// the factorisation takes still whole. A solve that consumes nothing never calls it.
-///
-/// [`state`]: crate::pipeline::accumulate::Accumulation::state
-pub(crate) trait KeepState: Sync {
-    /// Keeps `blocks`; an error stops the solve with them whole. Answers the local file
-    /// that now holds them under their names, if one does.
-    fn keep(&self, blocks: &[(String, &GramStats)]) -> crate::error::Result<Option<std::path::PathBuf>>;
-
-    /// A local file beside the kept state where a solve may spill a Gram it needs back
-    /// while its memory holds something else (none: the state is not on local disk).
-    fn spill_path(&self) -> Option<std::path::PathBuf> {
-        None
-    }
-}
-
-/// Keeps the state `blocks` by `keeper` (none: nothing keeps it) before a solve consumes
-/// `consumed`, and answers where that block can be read back: the kept file and the name
-/// of the block that is `consumed` itself (not a sum made from the blocks).
-pub(crate) fn keep_state(
-    keeper: Option<&dyn KeepState>,
-    blocks: &[(String, &GramStats)],
-    consumed: &GramStats,
-) -> crate::error::Result<Option<crate::solve::KeptAt>> {
-    let Some(path) = keeper.map(|k| k.keep(blocks)).transpose()?.flatten() else {
-        return Ok(None);
-    };
-    let block = blocks.iter().find(|(_, s)| std::ptr::eq(*s, consumed));
-    Ok(block.map(|(name, _)| crate::solve::KeptAt { path, block: name.clone() }))
+    /// Keeps the run's pass state (its checkpoint) just before a solve consumes or
+    /// spills any of it (none: nothing keeps it).
+    pub keeper: Option<&'a Keeper<'a>>,
 }
 
 impl<'a> SolveCtx<'a> {
@@ -96,6 +64,9 @@ pub(crate) struct Settled {
     pub validation: Option<ValidationTable>,
     /// The solve path or learner.
     pub solver: String,
+    /// The ridge solve on Gram statistics that gave the weights (none: the dual's, a
+    /// sparse learner's).
+    pub solve: Option<crate::solve::RidgeSolve>,
     /// How the mixed-precision refinement ended (`cholesky_f32`).
     pub refinement: Option<Refinement>,
     /// The sparse learner's path.

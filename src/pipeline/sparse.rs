@@ -11,6 +11,7 @@ use std::time::Instant;
 use crate::error::{Error, Result};
 use crate::model::{Projection, ProjectionInfo, SparseTable};
 use crate::pipeline::check::SparseSettings;
+use crate::pipeline::keep::StateLease;
 use crate::pipeline::plan::{self, RidgeSolve};
 use crate::pipeline::report::{SelectionReport, SolveReport};
 use crate::pipeline::ridge::{enough_rows, primal};
@@ -18,7 +19,7 @@ use crate::pipeline::select::{Fits, HeldOut, Select, Space};
 use crate::pipeline::solve_ctx::{Settled, Solution, SolveCtx};
 use crate::sketch::FeaturePipeline;
 use crate::solve::cd::{self as lasso, Penalty, Problem};
-use crate::solve::{bias_for, GcvCurve, LambdaChoice, Ridge, RotatedProblem, SolvePath};
+use crate::solve::{bias_for, GcvCurve, Ridge, RotatedProblem};
 use crate::stats::{Centered, GramStats};
 
 /// The quadratic problems of every output in the basis the penalty acts in.
@@ -69,9 +70,7 @@ impl Basis {
         };
         // In the PCA basis the labeled covariance is diagonal (its eigenvalues), and the
         // rotated right-hand sides are what ridge's eigen path computes.
-        let eigen = RidgeSolve { path: SolvePath::Eigen, in_place: false, spill: false };
-        let solved =
-            primal(labeled, unlabeled, (eigen, Some(pca)), LambdaChoice::Gcv { per_output: false }, ctx, None)?;
+        let solved = primal(labeled, unlabeled, (RidgeSolve::Eigen, Some(pca)), ctx, &mut StateLease::unkept())?;
         let Ridge::Eigen(problem) = solved.ridge else {
             return Err(Error::bug("the PCA basis needs the eigen path"));
         };
@@ -386,6 +385,7 @@ fn finish(settled: Settle<'_>, sv: &SparseSettings, ctx: &mut SolveCtx<'_>) -> R
             unlabeled_rows: basis.unlabeled_rows,
             validation: None,
             solver,
+            solve: None,
             refinement: None,
             sparse: Some(table),
             candidates: None,

@@ -9,33 +9,16 @@
 
 use faer::Mat;
 
+use super::lease::Lease;
 use crate::error::{Error, Result};
 use crate::stats::{factor_tiles, solve_tiles, GramStats, TriGram};
 
-/// Called with the statistics just before a factorisation in place consumes their Gram,
-/// so that the caller can keep them (the run's checkpoint): a solve that never consumes
-/// them (the mixed-precision one, unless it falls back) never asks. Answers where the
-/// kept Gram can be read back, if it can.
-pub type Keep<'a> = &'a mut dyn FnMut(&GramStats) -> Result<Option<KeptAt>>;
-
-/// Where kept statistics can be read back: a verified statistics file on local disk and
-/// the block of it that holds exactly them. A solve that needs the f64 Gram back while
-/// its memory holds something else (the f32 factor in the Gram's memory) streams it from
-/// there instead of writing it a second time.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeptAt {
-    /// The statistics file.
-    pub path: std::path::PathBuf,
-    /// The block of it holding the statistics that were kept.
-    pub block: String,
-}
-
-/// The Gram a Cholesky factors: the statistics' own, taken from them once `keep` has
-/// kept them, or a copy.
-pub(crate) fn consumed(stats: &mut GramStats, keep: Option<Keep<'_>>) -> Result<TriGram> {
-    Ok(match keep {
-        Some(keep) => {
-            keep(stats)?;
+/// The Gram a Cholesky factors: the statistics' own, taken from them once `lease` has
+/// kept them, or (no lease) a copy.
+pub(crate) fn consumed(stats: &mut GramStats, lease: Option<&mut dyn Lease>) -> Result<TriGram> {
+    Ok(match lease {
+        Some(lease) => {
+            lease.consume(stats)?;
             std::mem::replace(&mut stats.gram, TriGram::zeros(0))
         }
         None => stats.gram.clone(),

@@ -4,10 +4,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::cholesky::{consumed, Keep};
+use super::cholesky::consumed;
+use super::lease::Lease;
 use super::mixed::Refinement;
-use super::rotated::{bias_for, GcvCurve, LambdaChoice, RotatedProblem};
-use crate::error::{Error, Result};
+use super::rotated::{bias_for, GcvCurve, RotatedProblem};
+use crate::error::Result;
 use crate::stats::{Centered, GramStats, TriGram, TILE};
 
 /// Which solve path runs (math.md §13.7); `auto` picks the cheapest that answers the
@@ -120,6 +121,194 @@ pub enum Ridge {
     },
 }
 
+/// How a fixed-λ Cholesky factors and where it works. Every value is a solve that runs:
+/// which precision, and whether the statistics' own Gram is consumed (through the
+/// [`Lease`]) or a copy factored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Factor {
+    /// f64, on a copy of the Gram.
+    Copy,
+    /// f64, on the statistics' own Gram.
+    InPlace,
+    /// An f32 factor beside the statistics, refined against them (math.md §13.11); a
+    /// fallback factors a copy in f64.
+    Mixed,
+    /// The same, but a fallback factors the statistics' own Gram.
+    MixedInPlace,
+    /// The f32 factor in the Gram's own memory, the Gram streamed back from where the
+    /// lease spilled it for each refinement step (and read back by a fallback).
+    MixedSpilled,
+}
+
+impl Factor {
+    /// The path named in the model and the report.
+    pub fn path(self) -> SolvePath {
+        match self {
+            Factor::Copy | Factor::InPlace => SolvePath::Cholesky,
+            _ => SolvePath::CholeskyF32,
+        }
+    }
+
+    /// The factor of `path` (either Cholesky), in place or on a copy.
+    pub fn of(path: SolvePath, in_place: bool) -> Factor {
+        match (path, in_place) {
+            (SolvePath::CholeskyF32, false) => Factor::Mixed,
+            (SolvePath::CholeskyF32, true) => Factor::MixedInPlace,
+            (_, false) => Factor::Copy,
+            (_, true) => Factor::InPlace,
+        }
+    }
+
+    /// The solve may consume the statistics' own Gram.
+    pub fn consumes(self) -> bool {
+        !matches!(self, Factor::Copy | Factor::Mixed)
+    }
+
+    /// The f32 factor takes the Gram's memory, the Gram spilled meanwhile.
+    pub fn spills(self) -> bool {
+        self == Factor::MixedSpilled
+    }
+
+    /// Bytes the factor allocates beyond the statistics for `D` features and `c` outputs.
+    pub fn bytes(self, dim: usize, c: usize) -> u64 {
+        match self {
+            Factor::Copy | Factor::Mixed => self.path().bytes(dim, c),
+            Factor::InPlace | Factor::MixedInPlace => self.path().in_place_bytes(dim, c),
+            Factor::MixedSpilled => SolvePath::spilled_bytes(dim, c),
+        }
+    }
+}
+
+/// A ridge parameter λ > 0 and finite: what a Cholesky of `C + λI` needs.
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd, Serialize)]
+#[serde(into = "f64")]
+pub struct PositiveLambda(f64);
+
+impl<'de> Deserialize<'de> for PositiveLambda {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<PositiveLambda, D::Error> {
+        let v = f64::deserialize(d)?;
+        PositiveLambda::new(v).ok_or_else(|| serde::de::Error::custom(format!("λ = {v} is not a finite value above 0")))
+    }
+}
+
+impl PositiveLambda {
+    /// `λ` where it is finite and positive.
+    pub fn new(lambda: f64) -> Option<PositiveLambda> {
+        (lambda.is_finite() && lambda > 0.0).then_some(PositiveLambda(lambda))
+    }
+
+    /// The value.
+    pub fn get(self) -> f64 {
+        self.0
+    }
+}
+
+impl From<PositiveLambda> for f64 {
+    fn from(l: PositiveLambda) -> f64 {
+        l.0
+    }
+}
+
+/// A solve of ridge on all features of the statistics, straight from their Gram.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum DirectSolve {
+    /// One tiled Cholesky of `C + λI`.
+    Cholesky {
+        /// λ.
+        lambda: PositiveLambda,
+        /// Its precision and memory.
+        factor: Factor,
+    },
+    /// The tridiagonal form, which gives every λ of the grid.
+    Tridiagonal,
+}
+
+impl DirectSolve {
+    /// The path named in the model and the report.
+    pub fn path(self) -> SolvePath {
+        match self {
+            DirectSolve::Cholesky { factor, .. } => factor.path(),
+            DirectSolve::Tridiagonal => SolvePath::Tridiagonal,
+        }
+    }
+
+    /// The solve may consume the statistics' own Gram.
+    pub fn consumes(self) -> bool {
+        matches!(self, DirectSolve::Cholesky { factor, .. } if factor.consumes())
+    }
+}
+
+/// How ridge is solved on Gram statistics, as the planner decides it and the model
+/// records it. Every value is a solve that runs: a Cholesky carries its λ > 0 and where
+/// it works.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(from = "Stored", into = "Stored")]
+pub enum RidgeSolve {
+    /// On all features, straight from the Gram (Cholesky or tridiagonal).
+    Direct(DirectSolve),
+    /// The dense eigendecomposition (PCA, unlabeled rows, λ = 0's pseudo-inverse).
+    Eigen,
+}
+
+impl RidgeSolve {
+    /// The path named in the model and the memory line.
+    pub fn path(self) -> SolvePath {
+        match self {
+            RidgeSolve::Direct(d) => d.path(),
+            RidgeSolve::Eigen => SolvePath::Eigen,
+        }
+    }
+
+    /// The Cholesky's factor (none for another path).
+    pub fn factor(self) -> Option<Factor> {
+        match self {
+            RidgeSolve::Direct(DirectSolve::Cholesky { factor, .. }) => Some(factor),
+            _ => None,
+        }
+    }
+
+    /// The solve factors the statistics it is given, consuming them.
+    pub fn consumes(self) -> bool {
+        self.factor().is_some_and(Factor::consumes)
+    }
+
+    /// The solve's f32 factor takes the Gram's memory, the Gram spilled meanwhile.
+    pub fn spills(self) -> bool {
+        self.factor().is_some_and(Factor::spills)
+    }
+}
+
+/// A [`RidgeSolve`] as the report and the model header store it: the path, and a
+/// Cholesky's λ and factor.
+#[derive(Clone, Copy, Serialize, Deserialize)]
+#[serde(tag = "path", rename_all = "snake_case")]
+enum Stored {
+    Cholesky { lambda: PositiveLambda, factor: Factor },
+    Tridiagonal,
+    Eigen,
+}
+
+impl From<RidgeSolve> for Stored {
+    fn from(s: RidgeSolve) -> Stored {
+        match s {
+            RidgeSolve::Direct(DirectSolve::Cholesky { lambda, factor }) => Stored::Cholesky { lambda, factor },
+            RidgeSolve::Direct(DirectSolve::Tridiagonal) => Stored::Tridiagonal,
+            RidgeSolve::Eigen => Stored::Eigen,
+        }
+    }
+}
+
+impl From<Stored> for RidgeSolve {
+    fn from(s: Stored) -> RidgeSolve {
+        match s {
+            Stored::Cholesky { lambda, factor } => RidgeSolve::Direct(DirectSolve::Cholesky { lambda, factor }),
+            Stored::Tridiagonal => RidgeSolve::Direct(DirectSolve::Tridiagonal),
+            Stored::Eigen => RidgeSolve::Eigen,
+        }
+    }
+}
+
 /// What a direct solve of the statistics leaves: the problem, the spectrum when the path
 /// computed one, and the numerical rank when it fell short of `D`.
 #[derive(Debug)]
@@ -133,37 +322,29 @@ pub struct Direct {
 }
 
 impl Ridge {
-    /// Ridge on all features of `stats` by a direct path (math.md §13.7): one tiled
-    /// Cholesky at a fixed λ > 0 — of the statistics' own Gram when `in_place` is given,
-    /// which consumes it (after `in_place` has kept the statistics, see [`Keep`]; the
-    /// mixed-precision one puts its f32 factor in the Gram's memory when `spill` names
-    /// where the f64 Gram goes meanwhile) — or
-    /// the tridiagonal form, which gives every λ of the grid. The one place a new path on
-    /// the Gram statistics is dispatched.
-    pub fn direct(
-        stats: &mut GramStats,
-        path: SolvePath,
-        lambda: LambdaChoice,
-        in_place: Option<Keep<'_>>,
-        spill: Option<&std::path::Path>,
-        threads: usize,
-    ) -> Result<Direct> {
-        match (path, lambda) {
-            (SolvePath::Cholesky, LambdaChoice::Fixed(lambda)) if lambda > 0.0 => {
-                let work = consumed(stats, in_place)?;
-                let (weights, bias) = super::cholesky::ridge_fixed(stats, work, lambda, threads)?;
+    /// Ridge on all features of `stats` by `solve` (math.md §13.7): one tiled Cholesky at
+    /// its λ — of the statistics' own Gram where its factor consumes them, after `lease`
+    /// has kept them; for the f32 factor in the Gram's memory, the Gram streamed back from
+    /// where `lease` spilled it — or the tridiagonal form, which gives every λ of the grid.
+    /// The one place a new path on the Gram statistics is dispatched.
+    pub fn direct(stats: &mut GramStats, solve: DirectSolve, lease: &mut dyn Lease, threads: usize) -> Result<Direct> {
+        match solve {
+            DirectSolve::Cholesky { lambda, factor: factor @ (Factor::Copy | Factor::InPlace) } => {
+                let work = consumed(stats, factor.consumes().then_some(lease))?;
+                let (weights, bias) = super::cholesky::ridge_fixed(stats, work, lambda.get(), threads)?;
                 Ok(Direct {
                     ridge: Ridge::Solved { weights, bias, refinement: None },
                     eigenvalues: Vec::new(),
                     rank: None,
                 })
             }
-            (SolvePath::CholeskyF32, LambdaChoice::Fixed(lambda)) if lambda > 0.0 => {
-                let (weights, bias, refinement) = super::mixed::ridge_refined(stats, in_place, spill, lambda, threads)?;
+            DirectSolve::Cholesky { lambda, factor } => {
+                let (weights, bias, refinement) =
+                    super::mixed::ridge_refined(stats, factor, lease, lambda.get(), threads)?;
                 let ridge = Ridge::Solved { weights, bias, refinement: Some(refinement) };
                 Ok(Direct { ridge, eigenvalues: Vec::new(), rank: None })
             }
-            (SolvePath::Tridiagonal, _) => {
+            DirectSolve::Tridiagonal => {
                 let form = super::tridiag::Tridiagonal::new(stats, threads)?;
                 let max_g = stats.gram.diagonal().into_iter().fold(0.0, f64::max);
                 let lmax = form.sigma.first().copied().unwrap_or(0.0);
@@ -174,10 +355,6 @@ impl Ridge {
                 let rank = (rank < eigenvalues.len()).then_some(rank);
                 Ok(Direct { ridge: Ridge::Tridiagonal { form: Box::new(form), problem }, eigenvalues, rank })
             }
-            (SolvePath::Cholesky | SolvePath::CholeskyF32, _) => {
-                Err(Error::bug("the Cholesky path is planned only for a fixed λ > 0"))
-            }
-            _ => Err(Error::bug("only Cholesky and tridiagonal solve on all features directly")),
         }
     }
 

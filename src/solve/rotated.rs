@@ -12,7 +12,10 @@ use crate::stats::Centered;
 /// The 41-point λ grid `σ̄·10^{-8+i/4}`, `i = 0..40`, for the mean eigenvalue `σ̄` of
 /// the centred scatter (GCV, validation and k-fold all score this grid).
 pub fn lambda_grid(sigma_bar: f64) -> Vec<f64> {
-    (0..=40).map(|i| sigma_bar * 10f64.powf(-8.0 + i as f64 / 4.0)).collect()
+    // A zero spectrum (every feature constant) has no scale; any λ > 0 gives its weights,
+    // all zero, and keeps every λ of the grid one a Cholesky can factor at.
+    let scale = if sigma_bar > 0.0 && sigma_bar.is_finite() { sigma_bar } else { 1.0 };
+    (0..=40).map(|i| scale * 10f64.powf(-8.0 + i as f64 / 4.0)).collect()
 }
 
 /// How λ is chosen.

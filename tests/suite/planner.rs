@@ -28,11 +28,22 @@ fn the_memory_statement_covers_the_solve_path_and_a_fixed_lambda_factors_in_plac
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let r = report(&json);
     assert_eq!(r["plan"]["mode"], "primal", "{r}");
-    assert_eq!(r["plan"]["solve"], serde_json::json!({"path": "cholesky", "in_place": true}));
+    assert_eq!(r["plan"]["solve"], serde_json::json!({"path": "cholesky", "lambda": 0.1, "factor": "in_place"}));
     assert!(r["memory"]["line"].as_str().unwrap().contains("cholesky path, in place"), "{r}");
     assert!(r["memory"]["needed"].as_u64().unwrap() <= 110 << 20, "{r}");
     assert_eq!(r["checkpointed_before_solve"], true);
     assert_eq!(r["solve"]["in_place"], true);
+    // The model records the solve that gave its weights as the plan decided it.
+    let header: serde_json::Value =
+        serde_json::from_str(&stdout(&sketchfit(&["inspect", model.to_str().unwrap(), "--json"]))).unwrap();
+    assert_eq!(header["solve"], r["plan"]["solve"], "{header}");
+    assert_eq!(header["solver"], "cholesky", "{header}");
+    let read = |h: serde_json::Value| serde_json::from_value::<sketchfit::model::ModelHeader>(h).unwrap().solve;
+    assert_eq!(serde_json::to_value(read(header.clone())).unwrap(), header["solve"]);
+    // A header written before the solve was recorded reads, with none.
+    let mut older = header;
+    older.as_object_mut().unwrap().remove("solve");
+    assert_eq!(read(older), None);
     assert!(model.exists() && !dir.path("m.sfm.ckpt").exists());
     // GCV needs a dense D × D (128 MiB): refused before the pass, naming the path.
     let gcv = ["--set", "ridge.lambda=\"gcv\"", "--set", "ridge.solver=\"tridiagonal\""];
@@ -60,7 +71,8 @@ fn a_large_fixed_lambda_solve_consumes_statistics_that_are_on_disk_and_equals_th
     let path = |name: &str| dir.path(name).to_string_lossy().into_owned();
     let in_place = |json: &str| {
         let r = report(&dir.path(json));
-        assert_eq!(r["plan"]["solve"]["in_place"], r["solve"]["in_place"], "{r}");
+        let planned = r["plan"]["solve"]["factor"].as_str().unwrap();
+        assert_eq!(planned == "in_place", r["solve"]["in_place"], "{r}");
         r["solve"]["in_place"].as_bool().unwrap()
     };
     // `train` keeps a checkpoint by default: written, factored in place, removed.
@@ -209,7 +221,7 @@ fn the_f32_factor_in_the_grams_own_memory_gives_the_f64_model_and_leaves_no_spil
     let limit = format!("run.memory_limit_mib={}", (resident >> 20) + 16);
     let named = ["--set", "ridge.solver=\"cholesky_f32\""];
     let (spilled, r, err) = train("spilled", &[&named[..], &["--set", &limit]].concat());
-    assert_eq!(r["plan"]["solve"], serde_json::json!({"path": "cholesky_f32", "in_place": true, "spill": true}));
+    assert_eq!(r["plan"]["solve"], serde_json::json!({"path": "cholesky", "lambda": 1.0, "factor": "mixed_spilled"}));
     assert!(r["memory"]["line"].as_str().unwrap().contains("read back from the checkpoint"), "{r}");
     // The checkpoint written before the solve holds the Gram: it is read from there, not
     // written a second time.
@@ -250,7 +262,7 @@ fn the_f32_factor_in_the_grams_own_memory_gives_the_f64_model_and_leaves_no_spil
     // at this D anyway) factors in place, the named path is refused before the pass.
     let no_checkpoint = ["--set", &limit, "--set", "run.checkpoint_every=0"];
     let (none, r, _) = train("none", &no_checkpoint);
-    assert_eq!(r["plan"]["solve"], serde_json::json!({"path": "cholesky", "in_place": true}), "{r}");
+    assert_eq!(r["plan"]["solve"], serde_json::json!({"path": "cholesky", "lambda": 1.0, "factor": "in_place"}), "{r}");
     assert!(rel(&none.weights, &f64m.weights) < 1e-12);
     let x = dir.path("x.sfm");
     let out =
@@ -285,7 +297,8 @@ fn the_mixed_precision_solve_gives_the_f64_model_and_falls_back_saying_so() {
     // A well-conditioned λ: refined to the tolerance; the model is the f64 Cholesky's.
     let (f64m, _, _) = train("f64", 1.0, "cholesky");
     let (mixed, r, err) = train("mixed", 1.0, "cholesky_f32");
-    assert_eq!(r["plan"]["solve"]["path"], "cholesky_f32", "{r}");
+    assert_eq!(r["plan"]["solve"]["factor"], "mixed", "{r}");
+    assert_eq!(r["solve"]["path"], "cholesky_f32", "{r}");
     let refinement = &r["solve"]["refinement"];
     assert_eq!(refinement["fell_back"], false, "{r}");
     assert!(refinement["steps"].as_u64().unwrap() >= 1, "{r}");

@@ -149,7 +149,7 @@ fn a_kill_inside_an_in_place_factorisation_resumes_from_the_state_it_wrote_first
     let out = sketchfit(&["train", &p, "-o", whole.to_str().unwrap(), "-q", "--report", json.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let r = report(&json);
-    assert_eq!(r["plan"]["solve"], serde_json::json!({"path": "cholesky", "in_place": true}), "{r}");
+    assert_eq!(r["plan"]["solve"], serde_json::json!({"path": "cholesky", "lambda": 0.1, "factor": "in_place"}), "{r}");
     assert_eq!(r["checkpointed_before_solve"], true, "{r}");
     let want = std::fs::read(&whole).unwrap();
     let model = dir.path("killed.sfm");
@@ -211,7 +211,7 @@ fn a_refit_in_place_keeps_the_pass_without_the_held_out_rows() {
         sketchfit(&["train", &p, "-o", model.to_str().unwrap(), "-q", "--resume", "--report", json.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let r = report(&json);
-    assert_eq!(r["plan"]["refit"], serde_json::json!({"path": "cholesky", "in_place": true}), "{r}");
+    assert_eq!(r["plan"]["refit"], serde_json::json!({"path": "cholesky", "factor": "in_place"}), "{r}");
     assert_eq!((&r["resumed"]["units_done"], &r["solve"]["in_place"]), (&6.into(), &true.into()), "{r}");
     let m = sketchfit::Model::load(&model).unwrap();
     assert_eq!(m.header.rows, 1500, "training and validation rows, each once");

@@ -8,11 +8,12 @@ use std::time::Instant;
 use super::{select_rows, Accumulation, Batch, PassEnv};
 use crate::error::{Error, Result};
 use crate::pipeline::check::Selection;
+use crate::pipeline::keep::StateLease;
 use crate::pipeline::plan;
 use crate::pipeline::ridge::{primal, settle, Solved};
 use crate::pipeline::select::{grid_of, KFoldScores, Select};
 use crate::pipeline::solve_ctx::{Solution, SolveCtx};
-use crate::solve::{GcvCurve, LambdaChoice};
+use crate::solve::GcvCurve;
 use crate::source::fold_of;
 use crate::stats::GramStats;
 
@@ -118,14 +119,17 @@ impl Accumulation for Folds {
         if plan.refit.consumes() {
             // The folds are freed for the refit, which factors their sum in place: keep them.
             if let Some(k) = ctx.keeper {
-                k.keep(&named(&folds))?;
+                let named = named(&folds);
+                k.keep(&named.iter().map(|(n, s)| (n.as_str(), *s)).collect::<Vec<_>>())?;
             }
         }
         drop(folds);
         // The model of all rows at that λ: one Cholesky (or the path ridge.solver names).
         let start = Instant::now();
         let lambda = choice.values.first().copied().unwrap_or(0.0);
-        let solved = primal(&mut total, None, (plan.refit, None), LambdaChoice::Fixed(lambda), ctx, None)?;
+        let solve = plan.refit.at(&[lambda])?;
+        let keeper = ctx.keeper;
+        let solved = primal(&mut total, None, (solve, None), ctx, &mut StateLease::merged(keeper))?;
         let mut never = |_: &GramStats, _: &[f64], _: &mut SolveCtx<'_>| -> Result<Solved> {
             Err(Error::bug("a fixed λ is never refitted"))
         };

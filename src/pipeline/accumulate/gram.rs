@@ -6,9 +6,11 @@ use std::time::Instant;
 
 use super::{select_rows, take, Accumulation, Batch, PassEnv};
 use crate::error::{Error, Result};
+use crate::pipeline::keep::StateLease;
 use crate::pipeline::plan;
-use crate::pipeline::ridge::{primal, refit_lambda, settle};
-use crate::pipeline::solve_ctx::{keep_state, Solution, SolveCtx};
+use crate::pipeline::ridge::{primal, settle};
+use crate::pipeline::solve_ctx::{Solution, SolveCtx};
+use crate::solve::Lease;
 use crate::stats::GramStats;
 
 /// The statistics of one pass: labeled rows, and unlabeled rows apart.
@@ -114,23 +116,25 @@ impl Accumulation for Primal {
         let start = Instant::now();
         let Primal { plan, sums } = *self;
         let Sums { mut labeled, unlabeled } = sums;
-        let lambda = plan.selection.lambda();
         let keeper = ctx.keeper;
-        let mut keep = |l: &GramStats| keep_state(keeper, &Sums::named(l, unlabeled.as_ref()), l);
+        // The state as a checkpoint names it (`Sums::named`), the labeled block leased.
+        let state = || -> Vec<(&str, Option<&GramStats>)> {
+            [("labeled", None)].into_iter().chain(unlabeled.as_ref().map(|u| ("unlabeled", Some(u)))).collect()
+        };
         let solve = (plan.solve, plan.pca.as_ref());
-        let solved = primal(&mut labeled, unlabeled.as_ref(), solve, lambda, ctx, Some(&mut keep))?;
-        let refit_solve = plan.refit.unwrap_or(plan.solve);
+        let solved = primal(&mut labeled, unlabeled.as_ref(), solve, ctx, &mut StateLease::state(keeper, state()))?;
         let pca = plan.pca;
         let mut refit = |held_out: &GramStats, lambdas: &[f64], ctx: &mut SolveCtx<'_>| {
-            let (solve, lambda) = refit_lambda(refit_solve, lambdas);
+            let solve =
+                plan.refit.ok_or_else(|| Error::bug("a held-out choice refits only where planned"))?.at(lambdas)?;
             if solve.consumes() {
                 // The merge ends the pass's own statistics and the factor consumes them.
-                keep(&labeled)?;
+                StateLease::state(keeper, state()).consume(&labeled)?;
             }
             labeled
                 .merge(held_out)
                 .map_err(|e| Error::bug_from("validation statistics merge with the training statistics", e))?;
-            primal(&mut labeled, unlabeled.as_ref(), (solve, pca.as_ref()), lambda, ctx, None)
+            primal(&mut labeled, unlabeled.as_ref(), (solve, pca.as_ref()), ctx, &mut StateLease::merged(keeper))
         };
         settle(solved, plan.selection, &mut refit, ctx, start)
     }

@@ -8,11 +8,13 @@ use std::time::Instant;
 use super::{select_rows, take, Accumulation, Batch, PassEnv};
 use crate::error::{Error, Result};
 use crate::model::{Projection, ProjectionInfo};
+use crate::pipeline::keep::StateLease;
 use crate::pipeline::plan;
 use crate::pipeline::prepare::FittedMap;
 use crate::pipeline::projection::{fit_stage_pcas, project, StagePca};
-use crate::pipeline::ridge::{enough_rows, primal, refit_lambda, settle, Solved};
-use crate::pipeline::solve_ctx::{keep_state, Solution, SolveCtx};
+use crate::pipeline::ridge::{enough_rows, primal, settle, Solved};
+use crate::pipeline::solve_ctx::{Solution, SolveCtx};
+use crate::solve::Lease;
 use crate::stats::GramStats;
 
 /// Pass one's per-stage statistics, the PCA fitted from them, and pass two's statistics.
@@ -155,7 +157,6 @@ impl Accumulation for TwoPassRun {
         let mut p2 = pass2.ok_or_else(|| Error::bug("pass two did not run"))?;
         let pcas = pcas.ok_or_else(|| Error::bug("no pass-one projections"))?;
         enough_rows(p2.n)?;
-        let lambda = plan.selection.lambda();
         let seen = pass1.first().map_or(0, |s| s.n);
         let with_stages = |solved: Solved| -> Solved {
             let e: usize = pcas.iter().map(|p| p.e).sum();
@@ -172,23 +173,31 @@ impl Accumulation for TwoPassRun {
             }
         };
         let keeper = ctx.keeper;
-        let mut keep = |p: &GramStats| keep_state(keeper, &named(&pass1, Some(p)), p);
-        let solved = with_stages(primal(&mut p2, None, (plan.solve, None), lambda, ctx, Some(&mut keep))?);
-        let refit_solve = plan.refit.unwrap_or(plan.solve);
+        // The state as a checkpoint names it (`named`), pass two's block leased.
+        let state = || -> Vec<(String, Option<&GramStats>)> { named(pass1.iter().map(Some), Some(None)) };
+        let first = state();
+        let solved = primal(&mut p2, None, (plan.solve, None), ctx, &mut StateLease::state(keeper, kept(&first)))?;
+        let solved = with_stages(solved);
         let mut refit = |held_out: &GramStats, lambdas: &[f64], ctx: &mut SolveCtx<'_>| {
-            let (solve, lambda) = refit_lambda(refit_solve, lambdas);
+            let solve =
+                plan.refit.ok_or_else(|| Error::bug("a held-out choice refits only where planned"))?.at(lambdas)?;
             if solve.consumes() {
                 // The merge ends pass two's own statistics and the factor consumes them.
-                keep(&p2)?;
+                StateLease::state(keeper, kept(&first)).consume(&p2)?;
             }
             p2.merge(held_out)
                 .map_err(|e| Error::bug_from("validation statistics merge with the training statistics", e))?;
-            Ok(with_stages(primal(&mut p2, None, (solve, None), lambda, ctx, None)?))
+            Ok(with_stages(primal(&mut p2, None, (solve, None), ctx, &mut StateLease::merged(keeper))?))
         };
         let mut solution = settle(solved, plan.selection, &mut refit, ctx, start)?;
         solution.mean = pass1.iter().flat_map(|s| s.moments().mean).collect();
         Ok(solution)
     }
+}
+
+/// A state by borrowed names.
+fn kept<'a>(state: &'a [(String, Option<&'a GramStats>)]) -> Vec<(&'a str, Option<&'a GramStats>)> {
+    state.iter().map(|(n, s)| (n.as_str(), *s)).collect()
 }
 
 /// The blocks as a checkpoint names them.

@@ -3,12 +3,12 @@
 
 use serde::Serialize;
 
-use super::{Dual, Plan, RidgeSolve};
+use super::{Dual, Plan, Primal, RidgeSolve, TwoPass};
 use crate::error::{Error, Result};
 use crate::pipeline::check::CheckedPipeline;
 use crate::pipeline::check::Learner;
 use crate::solve::dual::RowStats;
-use crate::solve::{LambdaChoice, SolvePath};
+use crate::solve::{DirectSolve, Factor, LambdaChoice, SolvePath};
 use crate::stats::GramStats;
 
 /// The memory a plan needs, as stated before the pass.
@@ -131,73 +131,77 @@ impl super::Planner<'_> {
     /// disk and the copy is large. Where none fits, the one that needs least, which the
     /// memory check then refuses with its figure.
     pub(super) fn settle(&self, plan: Plan) -> Plan {
-        let solve = match &plan {
-            Plan::Primal(p) => p.solve,
-            Plan::TwoPass(t) => t.solve,
+        let (lambda, factor) = match &plan {
+            Plan::Primal(Primal { solve, .. }) | Plan::TwoPass(TwoPass { solve, .. }) => match solve {
+                RidgeSolve::Direct(DirectSolve::Cholesky { lambda, factor }) => (*lambda, *factor),
+                _ => return plan,
+            },
             _ => return plan,
         };
-        if !solve.path.is_cholesky() {
-            return plan;
-        }
-        let with = |s: RidgeSolve| {
+        let with = |factor: Factor| {
             let mut p = plan.clone();
+            let solve = RidgeSolve::Direct(DirectSolve::Cholesky { lambda, factor });
             match &mut p {
-                Plan::Primal(x) => x.solve = s,
-                Plan::TwoPass(x) => x.solve = s,
+                Plan::Primal(x) => x.solve = solve,
+                Plan::TwoPass(x) => x.solve = solve,
                 _ => {}
             }
             p
         };
-        let (path, f) = (solve.path, self.facts);
+        let (path, f) = (factor.path(), self.facts);
         let dim = match &plan {
             Plan::TwoPass(_) => self.two_pass_width(),
             _ => f.dims.first().copied().unwrap_or(0),
         };
         let auto = matches!(self.checked.learner, Learner::Ridge { solver: SolvePath::Auto | SolvePath::Dual });
-        let local_checkpoint = self.opts.checkpoint.as_deref().is_some_and(|p| !crate::remote::is_remote(p));
         let copy_on_disk = self.opts.stats_on_disk && path.bytes(dim, f.outputs) > COPY_WHEN_ON_DISK_MAX;
         let mut options = Vec::new();
         if !copy_on_disk {
-            options.push(RidgeSolve { path, in_place: false, spill: false });
+            options.push(Factor::of(path, false));
         }
-        options.push(RidgeSolve { path, in_place: true, spill: false });
-        if path == SolvePath::CholeskyF32 && local_checkpoint && matches!(plan, Plan::Primal(_)) {
-            options.push(RidgeSolve { path, in_place: true, spill: true });
+        options.push(Factor::of(path, true));
+        if path == SolvePath::CholeskyF32 && self.keeps_beside_local_file() && matches!(plan, Plan::Primal(_)) {
+            options.push(Factor::MixedSpilled);
         }
         if path == SolvePath::CholeskyF32 && auto {
-            options.push(RidgeSolve { path: SolvePath::Cholesky, in_place: true, spill: false });
+            options.push(Factor::InPlace);
         }
-        let needed: Vec<(RidgeSolve, u64)> =
-            options.into_iter().map(|s| (s, self.gram_memory(&with(s)).needed)).collect();
+        let needed: Vec<(Factor, u64)> = options.into_iter().map(|s| (s, self.gram_memory(&with(s)).needed)).collect();
         let fits = needed.iter().find(|(_, n)| self.limit.is_none_or(|l| *n <= l));
         let least = needed.iter().min_by_key(|(_, n)| *n);
         fits.or(least).map_or(plan.clone(), |(s, _)| with(*s))
     }
 
     /// Where the mixed solve's f32 factor does not fit beside the statistics, it takes
-    /// the Gram's own memory, the f64 Gram spilled beside the checkpoint (a run with a
-    /// local checkpoint); else `auto` factors in f64 in place (which needs nothing more)
-    /// and an explicit `cholesky_f32` is left to the memory check. Counted as the memory
-    /// line counts it (`gram_memory`).
-    pub(super) fn mixed_where_it_fits(&self, solve: RidgeSolve, dim: usize, sets: u64, auto: bool) -> RidgeSolve {
-        let (path, c) = (solve.path, self.facts.outputs);
+    /// the Gram's own memory, the f64 Gram spilled beside the checkpoint (a run that keeps
+    /// its statistics in a local checkpoint); else `auto` factors in f64 in place (which
+    /// needs nothing more) and an explicit `cholesky_f32` is left to the memory check.
+    /// Counted as the memory line counts it (`gram_memory`).
+    pub(super) fn mixed_where_it_fits(&self, factor: Factor, dim: usize, sets: u64, auto: bool) -> Factor {
+        let c = self.facts.outputs;
         let f = self.facts;
         let chunk = chunk_rows_for(self.checked.spec().run.chunk_rows, dim, false);
         let resident = if self.opts.from_parts { 0 } else { sets * GramStats::bytes_for(dim, f.outputs) }
             + self.buffers(chunk, f.d, dim)
             + f.map_bytes;
         let fits = |bytes: u64| self.limit.is_none_or(|l| resident + bytes <= l);
-        if !solve.in_place || fits(path.in_place_bytes(dim, c)) {
-            return solve;
+        if factor != Factor::MixedInPlace || fits(factor.bytes(dim, c)) {
+            return factor;
         }
-        let local_checkpoint = self.opts.checkpoint.as_deref().is_some_and(|p| !crate::remote::is_remote(p));
-        if local_checkpoint && fits(SolvePath::spilled_bytes(dim, c)) {
-            return RidgeSolve { spill: true, ..solve };
+        if self.keeps_beside_local_file() && fits(Factor::MixedSpilled.bytes(dim, c)) {
+            return Factor::MixedSpilled;
         }
         if auto {
             return self.cholesky(SolvePath::Cholesky, dim, sets);
         }
-        solve
+        factor
+    }
+
+    /// The run keeps its statistics before a solve consumes them in a local checkpoint,
+    /// beside which a Gram can be spilled: a run of one pipeline (a candidate's solve
+    /// keeps nothing) with a checkpoint on local disk.
+    fn keeps_beside_local_file(&self) -> bool {
+        self.keeps && self.opts.checkpoint.as_deref().is_some_and(|p| !crate::remote::is_remote(p))
     }
 
     /// The model's write after the statistics are freed: its arrays encoded, decoded

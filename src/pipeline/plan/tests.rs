@@ -187,11 +187,11 @@ fn auto_takes_the_cheapest_path_that_answers() {
     // Held-out selection refits at a shared λ by one Cholesky; per output, on the grid.
     let held = "[data]\nlabel=\"y\"\nvalidation=[\"v\"]\n";
     match plan(held, &f, &opts).unwrap() {
-        Plan::Primal(p) => assert_eq!(p.refit.map(|r| r.path), Some(SolvePath::Cholesky)),
+        Plan::Primal(p) => assert_eq!(p.refit.map(|r| r.path()), Some(SolvePath::Cholesky)),
         other => panic!("{other:?}"),
     }
     match plan(&format!("{held}[ridge]\nper_output = true\n"), &f, &opts).unwrap() {
-        Plan::Primal(p) => assert_eq!(p.refit.map(|r| r.path), Some(SolvePath::Tridiagonal)),
+        Plan::Primal(p) => assert_eq!(p.refit.map(|r| r.path()), Some(SolvePath::Tridiagonal)),
         other => panic!("{other:?}"),
     }
     match plan(&format!("{held}[ridge]\nrefit = false\n"), &f, &opts).unwrap() {
@@ -201,7 +201,7 @@ fn auto_takes_the_cheapest_path_that_answers() {
     // With an f32 Gram at large D the refit's one factor is the mixed-precision one, as a
     // fixed λ's is; where only the f64 factor in place fits, that one.
     let refit = |extra: &str, dim: usize| match plan(&format!("{held}{extra}"), &facts(100_000, dim), &opts).unwrap() {
-        Plan::Primal(p) => p.refit.map(|r| r.path),
+        Plan::Primal(p) => p.refit.map(|r| r.path()),
         other => panic!("{other:?}"),
     };
     assert_eq!(refit("[run]\ngram = \"f32\"", 8192), Some(SolvePath::CholeskyF32));

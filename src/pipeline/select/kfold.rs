@@ -10,11 +10,12 @@ use super::{choose, chunk_truth, Choice, Fits, Select};
 use crate::error::{Error, Location, Result};
 use crate::metrics::{Metric, SetScores};
 use crate::model::ValidationTable;
-use crate::pipeline::plan::{chunk_rows_for, RidgeSolve};
+use crate::pipeline::keep::StateLease;
+use crate::pipeline::plan::chunk_rows_for;
 use crate::pipeline::ridge::direct;
 use crate::pipeline::solve_ctx::SolveCtx;
 use crate::pipeline::stream::{check_nonnegative, lambda_text};
-use crate::solve::{LambdaChoice, SolvePath};
+use crate::solve::DirectSolve;
 use crate::source::{fold_of, Chunk, Dataset};
 use crate::stats::{GramStats, Precision};
 
@@ -60,9 +61,7 @@ impl Select for KFoldScores<'_> {
             let mut rest = self.total.clone();
             rest.subtract(fold).map_err(|e| Error::bug_from("fold statistics of one run merge", e))?;
             let moments = rest.moments();
-            let tridiagonal = RidgeSolve { path: SolvePath::Tridiagonal, in_place: false, spill: false };
-            let lambda = LambdaChoice::Gcv { per_output: false };
-            let (ridge, _) = direct(&mut rest, tridiagonal, lambda, ctx.threads, None, (None, None))?;
+            let (ridge, _) = direct(&mut rest, DirectSolve::Tridiagonal, &mut StateLease::unkept(), ctx.threads, None)?;
             drop(rest);
             let wb = ridge.weights(&sets, &moments);
             let w = ndarray::Array2::from_shape_fn((dim, cols), |(i, j)| wb[j / c].0[i * c + j % c]);
