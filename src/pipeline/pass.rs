@@ -38,6 +38,7 @@ impl Run<'_> {
             training_units: None,
             threads: self.threads,
             report,
+            gram: self.plan.gram(),
             keeper: None,
         }
     }
@@ -75,7 +76,7 @@ pub(crate) fn run_pass(
 ) -> Result<PassReport> {
     let prep = run.prep;
     let spec = run.checked.spec();
-    let env = PassEnv::new(run.threads, spec.run.gram, spec.run.seed);
+    let env = PassEnv::new(run.threads, run.plan.gram(), spec.run.seed);
     let map = &prep.map().pipeline;
     let dim = map.output_dim();
     let needs = map.needs_nonnegative();

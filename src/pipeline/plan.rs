@@ -14,7 +14,7 @@ use crate::pipeline::check::{CheckedPipeline, Learner, PcaSettings, Selection, S
 use crate::pipeline::spec::PcaMethod;
 pub use crate::solve::RidgeSolve;
 use crate::solve::{Components, LambdaChoice, SolvePath};
-use crate::stats::GramStats;
+use crate::stats::{GramStats, Precision};
 
 mod memory;
 mod solve;
@@ -106,6 +106,8 @@ pub struct PcaPlan {
 /// Ridge on one pass of Gram statistics.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Primal {
+    /// The precision of the pass's Gram products (`run.gram`).
+    pub gram: Precision,
     /// The solve of the statistics as accumulated.
     pub solve: RidgeSolve,
     /// The PCA (none: ridge on all `D` features).
@@ -130,6 +132,8 @@ pub struct Dual {
 /// λ by k-fold cross-validation, then the refit on every row.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct KFold {
+    /// The precision of the pass's Gram products (`run.gram`).
+    pub gram: Precision,
     /// Folds.
     pub k: usize,
     /// The refit at the chosen λ.
@@ -139,6 +143,8 @@ pub struct KFold {
 /// Two passes: a PCA per stage, then ridge on the projected features.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TwoPass {
+    /// The precision of the pass's Gram products (`run.gram`).
+    pub gram: Precision,
     /// Each stage's PCA.
     pub stages: Vec<PcaPlan>,
     /// The solve of pass two's statistics.
@@ -154,6 +160,8 @@ pub struct TwoPass {
 /// A sparse learner on one pass of Gram statistics.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Sparse {
+    /// The precision of the pass's Gram products (`run.gram`).
+    pub gram: Precision,
     /// The learner.
     #[serde(skip)]
     pub settings: SparseSettings,
@@ -255,6 +263,18 @@ impl Plan {
         }
     }
 
+    /// The precision of the pass's Gram products (the dual keeps rows, not a Gram).
+    pub fn gram(&self) -> Precision {
+        match self {
+            Plan::Primal(Primal { gram, .. })
+            | Plan::KFold(KFold { gram, .. })
+            | Plan::TwoPass(TwoPass { gram, .. })
+            | Plan::Sparse(Sparse { gram, .. }) => *gram,
+            Plan::Candidates { plans } => plans.first().map_or(Precision::F64, Plan::gram),
+            Plan::Dual(_) => Precision::F64,
+        }
+    }
+
     /// The run keeps its rows (the dual).
     pub fn keeps_rows(&self) -> bool {
         matches!(self, Plan::Dual(_))
@@ -290,9 +310,10 @@ impl Planner<'_> {
     /// The plan of one map of `dim` features (no candidates).
     fn one(&self, dim: usize) -> Result<Plan> {
         let c = self.checked;
+        let gram = c.spec().run.gram;
         if let Some(settings) = c.sparse() {
             let pca = (c.components != Components::All).then(|| self.pca(c.components, dim));
-            return Ok(Plan::Sparse(Sparse { settings: settings.clone(), pca, semi: c.semi }));
+            return Ok(Plan::Sparse(Sparse { gram, settings: settings.clone(), pca, semi: c.semi }));
         }
         if let Selection::KFold { k } = c.selection {
             // The refit is at a fixed λ: `auto` factors once; a named path is kept.
@@ -304,7 +325,7 @@ impl Planner<'_> {
                 }
                 _ => Refit::Cholesky(self.cholesky(SolvePath::Cholesky, dim, 1)),
             };
-            return Ok(Plan::KFold(KFold { k, refit }));
+            return Ok(Plan::KFold(KFold { gram, k, refit }));
         }
         if c.passes() == 2 {
             let stages = c.per_stage.iter().zip(&self.facts.stage_dims).map(|(&e, &w)| self.pca(e, w)).collect();
@@ -312,6 +333,7 @@ impl Planner<'_> {
             let solve = self.ridge_solve(true, e, 1)?;
             let refit = self.refit(solve, e);
             return Ok(Plan::TwoPass(TwoPass {
+                gram,
                 stages,
                 solve,
                 selection: c.selection,
@@ -324,7 +346,7 @@ impl Planner<'_> {
         let solve = self.ridge_solve(!use_pca && !c.semi, dim, sets)?;
         let pca = use_pca.then(|| self.pca(c.components, dim));
         let refit = self.refit(solve, dim);
-        Ok(Plan::Primal(Primal { solve, pca, semi: c.semi, selection: c.selection, refit }))
+        Ok(Plan::Primal(Primal { gram, solve, pca, semi: c.semi, selection: c.selection, refit }))
     }
 
     /// The projected width of a two-pass run: each stage's components (its width when

@@ -411,6 +411,7 @@ fn solve_blocks(
             training_units: units.as_deref(),
             threads: opts.threads_for(checked),
             report,
+            gram: plan.gram(),
             keeper: None,
         };
         acc.solve(&mut ctx)?

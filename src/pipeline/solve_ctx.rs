@@ -31,6 +31,9 @@ pub(crate) struct SolveCtx<'a> {
     pub training_units: Option<&'a [crate::source::Unit]>,
     /// Worker threads.
     pub threads: usize,
+    /// The precision of the Gram products the plan chose (held-out and fold statistics
+    /// made during the solve take it too).
+    pub gram: crate::stats::Precision,
     /// The report.
     pub report: &'a mut Reporter,
     /// Keeps the run's pass state (its checkpoint) just before a solve consumes or

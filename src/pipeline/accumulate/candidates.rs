@@ -116,6 +116,7 @@ impl Accumulation for CandidateRun {
                     training_units: ctx.training_units,
                     threads: ctx.threads,
                     report,
+                    gram: ctx.gram,
                     keeper: None,
                 };
                 inner.solve(&mut own)

@@ -475,3 +475,15 @@ fn copy_in_place_and_spill_are_chosen_by_the_line_the_run_prints_at_their_exact_
         }
     }
 }
+
+#[test]
+fn the_gram_precision_travels_in_the_plan_of_every_mode_that_accumulates_a_gram() {
+    let f = facts(100_000, 256);
+    let opts = RunOptions::default();
+    for extra in ["", "[ridge]\nlambda = 0.1", "[ridge]\ncv = 3", "[pca]\ncomponents = 8\n[ridge]\nlambda = 0.1"] {
+        for (key, want) in [("f32", crate::stats::Precision::F32), ("f64", crate::stats::Precision::F64)] {
+            let p = plan(&format!("{extra}\n[run]\ngram = \"{key}\""), &f, &opts).unwrap();
+            assert_eq!(p.gram(), want, "{extra}: {p:?}");
+        }
+    }
+}

@@ -106,7 +106,7 @@ fn score_sets(
     let (c, dim) = (space.ymean.len(), map.output_dim());
     let label = spec.data.label.clone().unwrap_or_default();
     let coded = ctx.labels.coded();
-    let threads = ctx.threads;
+    let (threads, gram) = (ctx.threads, ctx.gram);
     let width = sets.first().map_or(0, |w| w.len() / c.max(1));
     let cols = sets.len() * c;
     let all_w = ndarray::Array2::from_shape_fn((width, cols), |(i, j)| sets[j / c][i * c + j % c]);
@@ -130,7 +130,7 @@ fn score_sets(
         let (truth, y) = chunk_truth(&label, coded, &ch)?;
         if let Some(st) = refit.as_deref_mut() {
             match space.pcas {
-                None => st.add_with(&z[..ch.rows * dim], &y, ch.rows, threads, spec.run.gram)?,
+                None => st.add_with(&z[..ch.rows * dim], &y, ch.rows, threads, gram)?,
                 Some(_) => st.add_f64(&phi, &y, ch.rows, threads)?,
             }
         }

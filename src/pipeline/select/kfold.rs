@@ -122,7 +122,7 @@ fn score_folds(
     let label = spec.data.label.clone().unwrap_or_default();
     let coded = ctx.labels.coded();
     let needs = map.needs_nonnegative();
-    let mut seen = FoldCheck::new(folds, dim, c, spec.run.gram);
+    let mut seen = FoldCheck::new(folds, dim, c, ctx.gram);
     let mut out = SetScores::new(n_sets, c);
     let mut z = Vec::new();
     // The pass's chunk rows: the memory line counts its buffers, not `run.chunk_rows`'.
