@@ -66,7 +66,7 @@ pub mod twosample;
 pub use api::{Lambda, Pipeline};
 pub use error::{Error, Result};
 pub use model::Model;
-pub use pipeline::{PartWeights, Statistics};
+pub use pipeline::{PartWeights, Shard, Statistics};
 pub use session::Session;
 pub mod atomic;
 pub mod model;

@@ -11,6 +11,6 @@ pub use crate::pipeline::run::train;
 pub use crate::pipeline::spec::PipelineSpec;
 pub use crate::pipeline::stream::lambda_text;
 pub use crate::pipeline::{
-    accumulate_shard, check_run_outputs, fit_maps, parse_shard, solve_parts, PartWeights, Reporter, RunOptions,
-    RunReport, SolveOutcome,
+    accumulate_shard, check_run_outputs, fit_maps, parse_shard, solve_parts, PartWeights, PartsSolve, Reporter,
+    RunOptions, RunReport, Shard, SolveOutcome,
 };

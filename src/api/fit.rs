@@ -9,7 +9,7 @@ use super::Pipeline;
 use crate::error::Result;
 use crate::model::Model;
 use crate::pipeline::run::train_prepared;
-use crate::pipeline::{accumulate_part, prepare, prepare_inputs, Reporter, RunOptions, RunReport, Statistics};
+use crate::pipeline::{accumulate_part, prepare, prepare_inputs, Reporter, RunOptions, RunReport, Shard, Statistics};
 use crate::session::Session;
 use crate::source::Dataset;
 
@@ -155,7 +155,7 @@ impl Pipeline {
             return Ok(InMemoryFit::Model(Box::new(model)));
         }
         let opts = RunOptions { keep_statistics: true, ..RunOptions::default() };
-        let stats = accumulate_part(&checked, prep, ((0, 1), None), &opts, &mut report)?;
+        let stats = accumulate_part(&checked, prep, Shard::ALL, None, &opts, &mut report)?;
         Ok(InMemoryFit::Statistics(Box::new(stats)))
     }
 }

@@ -10,7 +10,8 @@ use super::Pipeline;
 use crate::error::{Error, Result};
 use crate::model::Model;
 use crate::pipeline::{
-    accumulate_part, prepare, prepare_inputs, solve_loaded, PartWeights, Reporter, RunOptions, SolveOutcome, Statistics,
+    accumulate_part, prepare, prepare_inputs, solve_loaded, PartWeights, PartsSolve, Reporter, RunOptions, Shard,
+    SolveOutcome, Statistics,
 };
 use crate::session::Session;
 use crate::source::Dataset;
@@ -44,14 +45,15 @@ impl Pipeline {
     pub fn accumulate(
         &self,
         batches: impl IntoIterator<Item = RecordBatch>,
-        shard: (usize, usize),
+        shard: impl Into<Shard>,
     ) -> Result<Statistics> {
+        let shard = shard.into().check("shard")?;
         let checked = self.one_pass_only()?;
         let data = Dataset::from_batches("record batches", batches.into_iter().collect(), checked.columns())?;
         let mut report = Reporter::silent();
         let prep = prepare_inputs(&checked, data, None, &mut report)?;
         let opts = RunOptions { keep_statistics: true, ..RunOptions::default() };
-        accumulate_part(&checked, prep, (shard, None), &opts, &mut report)
+        accumulate_part(&checked, prep, shard, None, &opts, &mut report)
     }
 
     /// [`Pipeline::accumulate`] over Parquet files: every n-th row group. Storage
@@ -75,7 +77,7 @@ impl Pipeline {
     pub fn accumulate_files<P: Into<PathBuf>>(
         &self,
         files: impl IntoIterator<Item = P>,
-        shard: (usize, usize),
+        shard: impl Into<Shard>,
     ) -> Result<Statistics> {
         self.accumulate_files_with(&Session::new(), files, shard)
     }
@@ -98,8 +100,9 @@ impl Pipeline {
         &self,
         session: &Session,
         files: impl IntoIterator<Item = P>,
-        shard: (usize, usize),
+        shard: impl Into<Shard>,
     ) -> Result<Statistics> {
+        let shard = shard.into().check("shard")?;
         self.one_pass_only()?;
         let mut spec = self.spec.clone();
         spec.data.train = files.into_iter().map(Into::into).collect();
@@ -107,7 +110,7 @@ impl Pipeline {
         let mut report = Reporter::silent();
         let prep = prepare(session, &checked, &mut report)?;
         let opts = RunOptions { session: session.clone(), keep_statistics: true, ..RunOptions::default() };
-        accumulate_part(&checked, prep, (shard, None), &opts, &mut report)
+        accumulate_part(&checked, prep, shard, None, &opts, &mut report)
     }
 
     /// Adds record batches to statistics this pipeline accumulated, mapped with their
@@ -217,7 +220,7 @@ impl Pipeline {
     fn solve_parts(&self, parts: Vec<Statistics>, weights: Option<PartWeights>) -> Result<Model> {
         let checked = self.one_pass_only()?;
         let opts = RunOptions { from_parts: true, weights, ..RunOptions::default() };
-        match solve_loaded(&checked, parts, (false, None, None), &opts, &mut Reporter::silent())? {
+        match solve_loaded(&checked, parts, PartsSolve::default(), None, &opts, &mut Reporter::silent())? {
             SolveOutcome::Model(m) => Ok(*m),
             SolveOutcome::Pass1Merged => Err(Error::bug("a one-pass solve merged pass one")),
         }

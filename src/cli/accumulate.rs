@@ -78,8 +78,6 @@ pub fn run(session: &Session, a: Args) -> Result<()> {
     }
     match &a.maps {
         Some(_) => super::print_out(&format!("statistics written to {}\n", a.output.display())),
-        None => {
-            super::print_out(&format!("shard {}/{} statistics written to {}\n", shard.0, shard.1, a.output.display()))
-        }
+        None => super::print_out(&format!("shard {shard} statistics written to {}\n", a.output.display())),
     }
 }

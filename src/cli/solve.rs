@@ -1,7 +1,7 @@
 use std::path::PathBuf;
 
 use sketchfit::api::commands::{evaluate, Evaluation};
-use sketchfit::api::commands::{solve_parts, PartWeights, SolveOutcome};
+use sketchfit::api::commands::{solve_parts, PartWeights, PartsSolve, SolveOutcome};
 use sketchfit::error::Result;
 use sketchfit::Session;
 
@@ -84,7 +84,14 @@ pub fn run(session: &Session, a: Args) -> Result<()> {
         ..sketchfit::api::commands::RunOptions::default()
     };
     // The parts are the statistics on disk: a large fixed-λ solve may consume them.
-    let outcome = solve_parts(&checked, parts, (a.allow_partial, a.pass1.as_deref()), &a.output, &opts, &mut reporter)?;
+    let outcome = solve_parts(
+        &checked,
+        parts,
+        PartsSolve { allow_partial: a.allow_partial, pass1: a.pass1.as_deref() },
+        &a.output,
+        &opts,
+        &mut reporter,
+    )?;
     super::write_report(session, a.report.as_deref(), &reporter.report)?;
     let model = match outcome {
         SolveOutcome::Model(m) => *m,

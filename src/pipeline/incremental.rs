@@ -23,11 +23,8 @@ impl Statistics {
     /// Statistics of no rows with this part's fitted parameters, as shard `i` of `n`:
     /// give one to each of `n` partitions, [`Statistics::add`] its rows, and
     /// [`Statistics::merge`] the `n` results (each shard once, as `solve` checks).
-    pub fn empty_like(&self, shard: (usize, usize)) -> Result<Statistics> {
-        let (i, n) = shard;
-        if n == 0 || i >= n {
-            return Err(Error::config("library", "shard", format!("shard {i}/{n}: need 0 ≤ i < N")));
-        }
+    pub fn empty_like(&self, shard: impl Into<crate::pipeline::parts::Shard>) -> Result<Statistics> {
+        let crate::pipeline::parts::Shard { index: i, count: n } = shard.into().check("shard")?;
         self.one_pass()?;
         let blocks = self.blocks.iter().map(|(name, s)| (name.clone(), GramStats::new(s.shift.clone(), s.c))).collect();
         let mut meta = self.meta.clone();

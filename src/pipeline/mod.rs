@@ -47,7 +47,7 @@ pub mod stream;
 pub use check::CheckedPipeline;
 pub use checkpoint::check_run_outputs;
 pub use fit_maps::fit_maps;
-pub use parts::{parse_shard, FileKind, PartWeights, Statistics};
+pub use parts::{parse_shard, FileKind, PartWeights, PartsSolve, Shard, Statistics};
 pub use plan::{Plan, RunOptions};
 pub(crate) use prepare::fit_stages;
 pub use prepare::{prepare, prepare_inputs, FittedMap, Prepared, WorkUnit};

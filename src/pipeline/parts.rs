@@ -375,15 +375,57 @@ pub(crate) fn load_pass1(
     Ok((blocks, meta, crate::container::file_checksum(session, path).map_err(|e| Error::io(path, e))?))
 }
 
+/// Which part of a sharded run a process accumulates: every `count`-th row group from the
+/// `index`-th (in the order of the inputs). A pair `(index, count)` converts into one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    /// `i`, from 0.
+    pub index: usize,
+    /// `N`, the run's shards.
+    pub count: usize,
+}
+
+impl Shard {
+    /// The whole run as one shard.
+    pub const ALL: Shard = Shard { index: 0, count: 1 };
+
+    /// Refuses a shard that is not `0 ≤ i < N`, naming `key` (the flag or parameter).
+    pub fn check(self, key: &str) -> Result<Shard> {
+        if self.count == 0 || self.index >= self.count {
+            let (i, n) = (self.index, self.count);
+            return Err(Error::usage(key, format!("shard {i}/{n}: need 0 ≤ i < N")));
+        }
+        Ok(self)
+    }
+}
+
+impl From<(usize, usize)> for Shard {
+    fn from((index, count): (usize, usize)) -> Shard {
+        Shard { index, count }
+    }
+}
+
+impl std::fmt::Display for Shard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.index, self.count)
+    }
+}
+
 /// Parses `i/N`.
-pub fn parse_shard(s: &str) -> Result<(usize, usize)> {
+pub fn parse_shard(s: &str) -> Result<Shard> {
     let bad = || Error::usage("--shard", format!("'{s}' is not i/N with 0 ≤ i < N"));
     let (i, n) = s.split_once('/').ok_or_else(bad)?;
     let (i, n): (usize, usize) = (i.trim().parse().map_err(|_| bad())?, n.trim().parse().map_err(|_| bad())?);
-    if n == 0 || i >= n {
-        return Err(bad());
-    }
-    Ok((i, n))
+    Shard::from((i, n)).check("--shard").map_err(|_| bad())
+}
+
+/// How `solve` takes its parts, beyond the parts themselves.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PartsSolve<'a> {
+    /// Solve although some shards of the run are missing (`--allow-partial`).
+    pub allow_partial: bool,
+    /// The merged pass-one file a two-pass run's pass-two parts were made over (`--pass1`).
+    pub pass1: Option<&'a Path>,
 }
 
 /// Weights of the parts `solve` merges, in the order they are given (a sorted glob of

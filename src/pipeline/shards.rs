@@ -12,7 +12,9 @@ use crate::model::Model;
 use crate::pipeline::accumulate::merge_blocks;
 use crate::pipeline::assemble::{assemble, Fitted};
 use crate::pipeline::check::CheckedPipeline;
-use crate::pipeline::parts::{check_parts, check_parts_match, load_pass1, FileKind, PartMeta, PartWeights, Statistics};
+use crate::pipeline::parts::{
+    check_parts, check_parts_match, load_pass1, FileKind, PartMeta, PartWeights, PartsSolve, Shard, Statistics,
+};
 use crate::pipeline::pass::{accumulate, run_pass, Run};
 use crate::pipeline::plan::{Facts, Plan, RunOptions};
 use crate::pipeline::prepare::Labels;
@@ -27,7 +29,7 @@ use crate::stats::GramStats;
 /// the inputs), written to `out` with the shard's identity and row groups.
 pub fn accumulate_shard(
     checked: &CheckedPipeline,
-    shard: (usize, usize),
+    shard: Shard,
     out: &Path,
     opts: &RunOptions,
     pass1: Option<&Path>,
@@ -42,20 +44,21 @@ pub fn accumulate_shard(
         &RunOptions { output: Some(out.to_path_buf()), ..opts.clone() },
         "--output",
     )?;
-    let part = accumulate_part(checked, prep, (shard, pass1), &opts, report)?;
+    let part = accumulate_part(checked, prep, shard, pass1, &opts, report)?;
     part.save_with(&opts.session, out)
 }
 
-/// The statistics of every N-th unit of a prepared run; `target` is the shard and, for a
-/// two-pass run's pass two, the merged pass-one file.
+/// The statistics of every N-th unit of a prepared run (`shard`), over the merged
+/// pass-one file `pass1` for a two-pass run's pass two.
 pub(crate) fn accumulate_part(
     checked: &CheckedPipeline,
     prep: Prepared,
-    target: ((usize, usize), Option<&Path>),
+    shard: Shard,
+    pass1: Option<&Path>,
     opts: &RunOptions,
     report: &mut Reporter,
 ) -> Result<Statistics> {
-    let ((i, n), pass1) = target;
+    let Shard { index: i, count: n } = shard;
     // A stage whose fit leaves arrays (Nyström's landmarks) maps alike across parts only
     // from a maps file, which the solve reads them from.
     if let Some(st) = checked.stages().iter().find(|s| s.array_fitted()).filter(|_| prep.maps_digest.is_none()) {
@@ -67,9 +70,7 @@ pub(crate) fn accumulate_part(
             "a two-pass pipeline's pass two projects with the pass one of its own shards: shard it without --maps",
         ));
     }
-    if n == 0 || i >= n {
-        return Err(Error::usage("--shard", format!("shard {i}/{n}: need 0 ≤ i < N")));
-    }
+    shard.check("--shard")?;
     let opts = RunOptions { keep_statistics: true, ..opts.clone() };
     let plan = decide(checked, &prep, &opts, report)?;
     let run = Run { checked, prep: &prep, plan: &plan, opts: &opts, threads: opts.threads_for(checked) };
@@ -215,7 +216,7 @@ pub enum SolveOutcome {
 pub fn solve_parts(
     checked: &CheckedPipeline,
     parts: &[PathBuf],
-    options: (bool, Option<&Path>),
+    how: PartsSolve<'_>,
     out: &Path,
     opts: &RunOptions,
     report: &mut Reporter,
@@ -230,20 +231,20 @@ pub fn solve_parts(
     }
     crate::atomic::check_output(session, out)?;
     let opts = RunOptions { from_parts: true, stats_on_disk: true, ..opts.clone() };
-    solve_loaded(checked, loaded, (options.0, options.1, Some(out)), &opts, report)
+    solve_loaded(checked, loaded, how, Some(out), &opts, report)
 }
 
-/// [`solve_parts`] on parts already loaded (or accumulated in this process). `how` is
-/// whether missing shards are allowed, the merged pass-one file, and where merged
-/// pass-one statistics go (two-pass pass-one parts only).
+/// [`solve_parts`] on parts already loaded (or accumulated in this process); `out` is
+/// where merged pass-one statistics go (two-pass pass-one parts only).
 pub(crate) fn solve_loaded(
     checked: &CheckedPipeline,
     mut parts: Vec<Statistics>,
-    how: (bool, Option<&Path>, Option<&Path>),
+    how: PartsSolve<'_>,
+    out: Option<&Path>,
     opts: &RunOptions,
     report: &mut Reporter,
 ) -> Result<SolveOutcome> {
-    let (allow_partial, pass1, out) = how;
+    let PartsSolve { allow_partial, pass1 } = how;
     if parts.is_empty() {
         return Err(Error::config(checked.source(), "parts", "no statistics given"));
     }
@@ -351,21 +352,33 @@ pub(crate) fn solve_loaded(
         }
         _ => FittedMap::build(first.stages.clone(), first.features.dim, checked.seed(), shift)?,
     };
-    let solved = solve_blocks(checked, (map, labels), blocks, (first.pass, &origin, covered.as_deref()), opts, report)?;
+    let merged = Merged { blocks, pass: first.pass, origin: &origin, covered: covered.as_deref() };
+    let solved = solve_blocks(checked, map, labels, merged, opts, report)?;
     Ok(SolveOutcome::Model(Box::new(solved)))
 }
 
-/// Solves merged statistics blocks by the pipeline's plan.
+/// Parts merged into one set of statistics blocks, and where they came from.
+struct Merged<'a> {
+    blocks: Vec<(String, GramStats)>,
+    /// The pass the blocks are of.
+    pass: u32,
+    /// The first part's file (named when the blocks do not fit the plan).
+    origin: &'a Path,
+    /// The row groups the parts hold, where they are not all of the run's.
+    covered: Option<&'a [(String, usize)]>,
+}
+
+/// Solves merged statistics blocks by the pipeline's plan, with the map and labels the
+/// parts were made with.
 fn solve_blocks(
     checked: &CheckedPipeline,
-    run: (FittedMap, Labels),
-    blocks: Vec<(String, GramStats)>,
-    at: (u32, &Path, Option<&[(String, usize)]>),
+    map: FittedMap,
+    labels: Labels,
+    merged: Merged<'_>,
     opts: &RunOptions,
     report: &mut Reporter,
 ) -> Result<Model> {
-    let (map, labels) = run;
-    let (pass, origin, covered) = at;
+    let Merged { blocks, pass, origin, covered } = merged;
     let outputs = labels.code.as_ref().map_or(checked.spec().data.targets.len(), OutputCode::outputs);
     let facts = Facts {
         d: labels.features.dim,
