@@ -9,7 +9,7 @@ use ndarray::Array2;
 use sketchfit::rng::StageRng;
 use sketchfit::sketch::hadamard::fwht;
 use sketchfit::sketch::tensor::{PolyKernel, TensorSketch};
-use sketchfit::sketch::{build_map, FeatureMap, StageSpec};
+use sketchfit::sketch::{build_map, ChunkMap, StageSpec};
 use sketchfit::stats::TriGram;
 
 fn env(name: &str, default: usize) -> usize {

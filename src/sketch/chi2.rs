@@ -7,7 +7,7 @@
 use super::family::{Family, Sample};
 use super::keys::{chi2_terms, defaults, fail, family_spec, no_fitting, weight, Checked};
 use super::params::{PResult, ParamArray, Params};
-use super::{FeatureMap, Kernel, Sketch};
+use super::{ChunkMap, Kernel, Sketch};
 use crate::rng::StageRng;
 
 /// The direct χ² series map `R^d → R^{dN}`, feature `i N + (n − 1)`.
@@ -49,7 +49,7 @@ pub fn k0(a: f64, b: f64) -> f64 {
     }
 }
 
-impl FeatureMap for Chi2Series {
+impl ChunkMap for Chi2Series {
     fn input_dim(&self) -> usize {
         self.d
     }
@@ -158,7 +158,7 @@ pub fn chebyshev_coefficients(x: f64, out: &mut [f64]) {
     }
 }
 
-impl FeatureMap for Chi2Chebyshev {
+impl ChunkMap for Chi2Chebyshev {
     fn input_dim(&self) -> usize {
         self.d
     }

@@ -11,7 +11,7 @@ use super::keys::{defaults, dim, eta, fail, family_spec, no_fitting, poly, weigh
 use super::maclaurin::{dot_kernel, DotKernel, DotKind, Layout, RandomMaclaurin};
 use super::params::{PResult, ParamArray, Params};
 use super::tensor::{PolyKernel, TensorSketch};
-use super::{FeatureMap, Kernel, Sketch};
+use super::{ChunkMap, Kernel, Sketch};
 use crate::rng::StageRng;
 
 /// An up-projection followed by a down-projection.
@@ -23,7 +23,7 @@ pub struct Craftmaps {
     pub down: Box<dyn super::Sketch>,
 }
 
-impl FeatureMap for Craftmaps {
+impl ChunkMap for Craftmaps {
     fn input_dim(&self) -> usize {
         self.up.input_dim()
     }

@@ -7,7 +7,7 @@
 use super::hadamard::{next_pow2, GaussianProjection, Srht};
 use super::keys::{DownKind, KeyError};
 use super::params::{PResult, ParamArray, Params};
-use super::{FeatureMap, Sketch};
+use super::{ChunkMap, Sketch};
 use crate::rng::StageRng;
 
 impl DownKind {
@@ -42,7 +42,7 @@ pub struct Downed {
     pub proj: Box<dyn Sketch>,
 }
 
-impl FeatureMap for Downed {
+impl ChunkMap for Downed {
     fn input_dim(&self) -> usize {
         self.inner.input_dim()
     }

@@ -7,7 +7,7 @@ use super::keys::{chi2_terms, defaults, family_spec, positive_opt, weight, Check
 use super::params::{PResult, ParamArray, Params};
 use super::rff::rff_dim;
 use super::rff::{Rff, RffVariant, ShiftKernel};
-use super::{FeatureMap, Kernel, Sketch};
+use super::{ChunkMap, Kernel, Sketch};
 use crate::rng::StageRng;
 
 /// exp-χ²: the direct series followed by Gaussian random Fourier features with
@@ -20,7 +20,7 @@ pub struct ExpChi2 {
     pub rff: Rff,
 }
 
-impl FeatureMap for ExpChi2 {
+impl ChunkMap for ExpChi2 {
     fn input_dim(&self) -> usize {
         self.series.d
     }

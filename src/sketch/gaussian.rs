@@ -10,7 +10,7 @@ use super::keys::{defaults, dim, even_dim, fail, family_spec, gaussian, weight, 
 use super::params::{PResult, ParamArray, Params};
 use super::recursive::RecursiveTensorSketch;
 use super::recursive::{tree_from, tree_params};
-use super::{FeatureMap, Kernel, Sketch, MAX_TRUNCATION};
+use super::{ChunkMap, Kernel, Sketch, MAX_TRUNCATION};
 use crate::rng::StageRng;
 
 /// `φ_0(a) … φ_{s−1}(a)` with `φ_i(a) = e^{−a²} √(2^i/i!) a^i` by the recurrence
@@ -77,7 +77,7 @@ pub struct GaussianSketch {
     pub tree: RecursiveTensorSketch,
 }
 
-impl FeatureMap for GaussianSketch {
+impl ChunkMap for GaussianSketch {
     fn input_dim(&self) -> usize {
         self.pre.center.len()
     }
@@ -131,7 +131,7 @@ impl GaussianSketchHd {
     }
 }
 
-impl FeatureMap for GaussianSketchHd {
+impl ChunkMap for GaussianSketchHd {
     fn input_dim(&self) -> usize {
         self.pre.center.len()
     }

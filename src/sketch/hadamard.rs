@@ -5,7 +5,7 @@
 use pulp::{Arch, Simd, WithSimd};
 
 use super::params::ParamArray;
-use super::{FeatureMap, Sketch};
+use super::{ChunkMap, Sketch};
 use crate::rng::StageRng;
 
 /// In-place FWHT of a power-of-two-length slice: pairs `(a, b) ↦ (a + b, a − b)` for
@@ -134,7 +134,7 @@ impl Srht {
     }
 }
 
-impl FeatureMap for Srht {
+impl ChunkMap for Srht {
     fn input_dim(&self) -> usize {
         self.d_in
     }
@@ -180,7 +180,7 @@ impl GaussianProjection {
     }
 }
 
-impl FeatureMap for GaussianProjection {
+impl ChunkMap for GaussianProjection {
     fn input_dim(&self) -> usize {
         self.d_in
     }

@@ -4,7 +4,7 @@
 use super::family::Family;
 use super::keys::{family_spec, no_fitting, weight, Checked};
 use super::params::{PResult, ParamArray, Params};
-use super::{DotKernel, FeatureMap, Kernel, Sketch};
+use super::{ChunkMap, DotKernel, Kernel, Sketch};
 use crate::rng::StageRng;
 
 family_spec! {
@@ -44,7 +44,7 @@ pub struct Identity {
     pub d: usize,
 }
 
-impl FeatureMap for Identity {
+impl ChunkMap for Identity {
     fn input_dim(&self) -> usize {
         self.d
     }

@@ -11,7 +11,7 @@ use super::family::Family;
 use super::hadamard::{fwht, next_pow2};
 use super::keys::{defaults, dim, eta, family_spec, no_fitting, poly, weight, Checked};
 use super::params::{PResult, ParamArray, Params};
-use super::{FeatureMap, Kernel, Sketch};
+use super::{ChunkMap, Kernel, Sketch};
 use crate::rng::StageRng;
 
 /// A dot-product kernel with non-negative Maclaurin coefficients.
@@ -262,7 +262,7 @@ impl RandomMaclaurin {
     }
 }
 
-impl FeatureMap for RandomMaclaurin {
+impl ChunkMap for RandomMaclaurin {
     fn input_dim(&self) -> usize {
         self.d
     }

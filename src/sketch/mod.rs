@@ -54,7 +54,7 @@ use crate::error::{Error, Result};
 use crate::rng::StageRng;
 
 /// A feature map over whole chunks.
-pub trait FeatureMap: Send + Sync {
+pub trait ChunkMap: Send + Sync {
     /// Input dimension `d`.
     fn input_dim(&self) -> usize;
     /// Output dimension `D`.
@@ -75,7 +75,7 @@ pub trait FeatureMap: Send + Sync {
 }
 
 /// A built map whose random parameters can be exported.
-pub trait Sketch: FeatureMap + std::fmt::Debug {
+pub trait Sketch: ChunkMap + std::fmt::Debug {
     /// The materialised random parameters.
     fn params(&self) -> Vec<ParamArray>;
 

@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use super::family::{Family, Sample};
 use super::keys::{defaults, dim, fail, family_spec, poly, positive_opt, weight, Checked};
 use super::params::{PResult, ParamArray, Params};
-use super::{DotKernel, FeatureMap, Kernel, Sketch};
+use super::{ChunkMap, DotKernel, Kernel, Sketch};
 use crate::rng::StageRng;
 use crate::stats::{factor_tiles, forward_tiles, parallel, split_tiles, split_tiles_ref, tile_range, TriGram, TILE};
 
@@ -338,7 +338,7 @@ impl Nystrom {
     }
 }
 
-impl FeatureMap for Nystrom {
+impl ChunkMap for Nystrom {
     fn input_dim(&self) -> usize {
         self.d
     }

@@ -12,7 +12,7 @@ use super::count::CountSketch;
 use super::family::Family;
 use super::keys::{defaults, even_dim, family_spec, no_fitting, poly, weight, Checked};
 use super::params::{count_sketch_params, PResult, ParamArray, Params};
-use super::{DotKernel, FeatureMap, Kernel, Sketch};
+use super::{ChunkMap, DotKernel, Kernel, Sketch};
 use crate::rng::StageRng;
 
 /// The tree of one recursive tensor sketch `R^{n^k} → R^m`.
@@ -153,7 +153,7 @@ pub struct RecursivePoly {
     pub offset: f64,
 }
 
-impl FeatureMap for RecursivePoly {
+impl ChunkMap for RecursivePoly {
     fn input_dim(&self) -> usize {
         self.d
     }

@@ -9,7 +9,7 @@ use super::family::{Family, Sample};
 use super::keys::{defaults, fail, family_spec, positive_opt, weight, Checked};
 use super::params::{PResult, ParamArray, Params};
 use super::MAX_DIM;
-use super::{FeatureMap, Kernel, Sketch};
+use super::{ChunkMap, Kernel, Sketch};
 use crate::rng::StageRng;
 
 /// The shift-invariant kernel.
@@ -81,7 +81,7 @@ impl Rff {
     }
 }
 
-impl FeatureMap for Rff {
+impl ChunkMap for Rff {
     fn input_dim(&self) -> usize {
         self.d
     }

@@ -17,7 +17,7 @@ use super::family::Family;
 use super::keys::{defaults, dim, family_spec, no_fitting, poly, weight, Checked};
 use super::params::{count_sketch_params, PResult, ParamArray, Params};
 use super::spectrum::Convolver;
-use super::{DotKernel, FeatureMap, Kernel, Sketch};
+use super::{ChunkMap, DotKernel, Kernel, Sketch};
 use crate::rng::StageRng;
 
 /// The kernel parameters of a tensor sketch.
@@ -111,7 +111,7 @@ impl TensorSketch {
     }
 }
 
-impl FeatureMap for TensorSketch {
+impl ChunkMap for TensorSketch {
     fn input_dim(&self) -> usize {
         self.d
     }

@@ -6,7 +6,7 @@
 use sketchfit::rng::StageRng;
 use sketchfit::sketch::chi2::{chebyshev_coefficients, fit_k, k0, series_error, series_terms, Chi2Chebyshev};
 use sketchfit::sketch::rff::{Rff, RffVariant, ShiftKernel};
-use sketchfit::sketch::{chi2_distance, FeatureMap};
+use sketchfit::sketch::{chi2_distance, ChunkMap};
 
 fn mean_var(v: &[f64]) -> (f64, f64) {
     let n = v.len() as f64;

@@ -6,7 +6,7 @@ use sketchfit::rng::StageRng;
 use sketchfit::sketch::hadamard::{fwht, next_pow2, Srht};
 use sketchfit::sketch::maclaurin::{DotKernel, Layout, OrderLaw, RandomMaclaurin};
 use sketchfit::sketch::recursive::RecursiveTensorSketch;
-use sketchfit::sketch::{build_map, CraftmapsSpec, DotKind, DownKind, FeatureMap, Normalize, StageSpec, UpKind};
+use sketchfit::sketch::{build_map, ChunkMap, CraftmapsSpec, DotKind, DownKind, Normalize, StageSpec, UpKind};
 
 use crate::common::{mean_tolerance, variance_band};
 
@@ -168,7 +168,7 @@ fn craftmaps_is_unbiased_end_to_end() {
 }
 
 /// NRMS ‖K̂ − K‖_F / ‖K‖_F of a map on `x` (`n × d`) for the kernel `k`.
-fn nrms(map: &dyn FeatureMap, x: &[f32], n: usize, k: impl Fn(&[f32], &[f32]) -> f64) -> f64 {
+fn nrms(map: &dyn ChunkMap, x: &[f32], n: usize, k: impl Fn(&[f32], &[f32]) -> f64) -> f64 {
     let (d, dz) = (map.input_dim(), map.output_dim());
     let mut z = vec![0f32; n * dz];
     map.map(x, n, &mut z);

@@ -3,7 +3,7 @@
 //! file to the same predictions, and measured by `kernel-error`.
 
 use sketchfit::rng::StageRng;
-use sketchfit::sketch::{build_map, DownKind, FeatureMap, StageSpec};
+use sketchfit::sketch::{build_map, ChunkMap, DownKind, StageSpec};
 use sketchfit::{Lambda, Model, Pipeline};
 
 use crate::common::*;
@@ -13,7 +13,7 @@ fn spec(toml: &str) -> StageSpec {
 }
 
 /// `⟨z(x), z(y)⟩` for one map.
-fn khat(m: &dyn FeatureMap, x: &[f32], y: &[f32]) -> f64 {
+fn khat(m: &dyn ChunkMap, x: &[f32], y: &[f32]) -> f64 {
     let dz = m.output_dim();
     let mut rows = x.to_vec();
     rows.extend_from_slice(y);

@@ -11,7 +11,7 @@ use arrow_array::{ArrayRef, Float64Array, StringArray};
 use sketchfit::rng::StageRng;
 use sketchfit::sketch::gaussian::{phi, GaussianSketch, GaussianSketchHd, HdBlock, Preprocess};
 use sketchfit::sketch::recursive::RecursiveTensorSketch;
-use sketchfit::sketch::FeatureMap;
+use sketchfit::sketch::ChunkMap;
 use sketchfit::twosample::{
     lsh_collision_probability, mmd2_unbiased, permutation_test, permutations, Lsh, SketchSums, Statistic,
 };
@@ -86,7 +86,7 @@ fn mean_sketch_gram_equals_the_truncated_kernels() {
     for (name, s) in [("GaussianSketch", 4usize), ("GaussianSketchHD", 4)] {
         let mut samples: Vec<Vec<f64>> = vec![Vec::new(); n * n];
         for seed in 0..seeds {
-            let map: Box<dyn FeatureMap> = if name == "GaussianSketch" {
+            let map: Box<dyn ChunkMap> = if name == "GaussianSketch" {
                 Box::new(gs(d, s, 32, seed))
             } else {
                 Box::new(hd(d, &[16, 32, 32], seed))

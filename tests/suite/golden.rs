@@ -7,7 +7,7 @@ use serde_json::Value;
 use crate::common::{cases, load, mat, vec1};
 use sketchfit::sketch::count::CountSketch;
 use sketchfit::sketch::tensor::{PolyKernel, TensorSketch};
-use sketchfit::sketch::FeatureMap;
+use sketchfit::sketch::ChunkMap;
 use sketchfit::solve::{Components, LambdaChoice, Pca, RotatedProblem};
 use sketchfit::stats::{Centered, GramStats};
 

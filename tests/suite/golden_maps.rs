@@ -10,7 +10,7 @@ use sketchfit::sketch::craftmaps::Craftmaps;
 use sketchfit::sketch::hadamard::{fwht, Srht};
 use sketchfit::sketch::maclaurin::{DotKernel, OrderLaw, Projections, RandomMaclaurin};
 use sketchfit::sketch::recursive::RecursiveTensorSketch;
-use sketchfit::sketch::FeatureMap;
+use sketchfit::sketch::ChunkMap;
 
 fn f32s(v: &[f64]) -> Vec<f32> {
     v.iter().map(|&x| x as f32).collect()

@@ -6,7 +6,7 @@
 
 use sketchfit::rng::StageRng;
 use sketchfit::sketch::tensor::{PolyKernel, TensorSketch};
-use sketchfit::sketch::FeatureMap;
+use sketchfit::sketch::ChunkMap;
 
 use crate::common::{mean_tolerance, variance_band};
 

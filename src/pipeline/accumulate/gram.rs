@@ -1,6 +1,6 @@
 //! One pass of Gram statistics: the labeled rows' and, when some rows are unlabeled,
 //! theirs apart (they enter the PCA only). Ridge solves them by the primal plan
-//! ([`Primal`]); the sparse learners by coordinate descent ([`SparseRun`]).
+//! ([`PrimalRun`]); the sparse learners by coordinate descent ([`SparseRun`]).
 
 use std::time::Instant;
 
@@ -75,27 +75,27 @@ impl Sums {
 
 /// Ridge on one pass.
 #[derive(Debug)]
-pub(crate) struct Primal {
+pub(crate) struct PrimalRun {
     plan: plan::Primal,
     sums: Sums,
 }
 
-impl Primal {
-    pub(crate) fn new(plan: plan::Primal, shift: &[f64], c: usize) -> Primal {
+impl PrimalRun {
+    pub(crate) fn new(plan: plan::Primal, shift: &[f64], c: usize) -> PrimalRun {
         let sums = Sums::new(shift, c, plan.semi);
-        Primal { plan, sums }
+        PrimalRun { plan, sums }
     }
 
     pub(crate) fn from_blocks(
         plan: plan::Primal,
         blocks: Vec<(String, GramStats)>,
-    ) -> std::result::Result<Primal, String> {
+    ) -> std::result::Result<PrimalRun, String> {
         let sums = Sums::from_blocks(blocks, plan.semi)?;
-        Ok(Primal { plan, sums })
+        Ok(PrimalRun { plan, sums })
     }
 }
 
-impl Accumulation for Primal {
+impl Accumulation for PrimalRun {
     fn update(&mut self, batch: &Batch<'_>, env: &PassEnv) -> Result<()> {
         self.sums.update(batch, env)
     }
@@ -114,7 +114,7 @@ impl Accumulation for Primal {
 
     fn solve(self: Box<Self>, ctx: &mut SolveCtx<'_>) -> Result<Solution> {
         let start = Instant::now();
-        let Primal { plan, sums } = *self;
+        let PrimalRun { plan, sums } = *self;
         let Sums { mut labeled, unlabeled } = sums;
         let keeper = ctx.keeper;
         // The state as a checkpoint names it (`Sums::named`), the labeled block leased.

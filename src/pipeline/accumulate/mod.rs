@@ -155,7 +155,7 @@ impl Plan {
     pub(crate) fn accumulation(&self, maps: &[FittedMap], outputs: usize, rows: u64) -> Result<Box<dyn Accumulation>> {
         let first = maps.first().ok_or_else(|| Error::bug("a run without a map"))?;
         Ok(match self {
-            Plan::Primal(p) => Box::new(gram::Primal::new(p.clone(), &first.shift, outputs)),
+            Plan::Primal(p) => Box::new(gram::PrimalRun::new(p.clone(), &first.shift, outputs)),
             Plan::Sparse(s) => Box::new(gram::SparseRun::new(s.clone(), &first.shift, outputs)),
             Plan::Dual(d) => Box::new(rows::KeptRows::new(d.clone(), first.dim(), outputs, rows)),
             Plan::KFold(k) => Box::new(folds::Folds::new(k.clone(), &first.shift, outputs)),
@@ -179,7 +179,7 @@ impl Plan {
         pass: u32,
     ) -> std::result::Result<Box<dyn Accumulation>, String> {
         Ok(match self {
-            Plan::Primal(p) => Box::new(gram::Primal::from_blocks(p.clone(), blocks)?),
+            Plan::Primal(p) => Box::new(gram::PrimalRun::from_blocks(p.clone(), blocks)?),
             Plan::Sparse(s) => Box::new(gram::SparseRun::from_blocks(s.clone(), blocks)?),
             Plan::Dual(_) => return Err("kept rows are never written to a file".into()),
             Plan::KFold(k) => Box::new(folds::Folds::from_blocks(k.clone(), blocks)?),
