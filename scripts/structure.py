@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The structure rules CI holds the code to (docs/src/explanation/how-it-works.md):
 
-- no import cycle between source files: `use crate::a::b` edges between leaf files
+- no import cycle between source files: `use crate::a::b` and `super::b` edges between leaf files
   (mod.rs, lib.rs and main.rs name their children and are left out), counted here;
 - no Rust file under src/, tests/ or python/src/ over 600 lines;
 - no mutable process-wide state in the library: no `static` under src/ that holds a
@@ -30,7 +30,7 @@ def rust_files(top):
 
 
 def leaf_edges(src):
-    """`file → file` edges of `crate::` paths between leaf files of the crate at `src`."""
+    """`file → file` edges of `crate::` and `super::` paths between leaf files of the crate at `src`."""
     files = {os.path.relpath(p, src): open(p, encoding="utf-8").read() for p in rust_files(os.path.relpath(src, ROOT))}
 
     def target(parts):
@@ -45,8 +45,16 @@ def leaf_edges(src):
         if os.path.basename(rel) in ("mod.rs", "lib.rs", "main.rs"):
             continue
         out = set()
-        for m in re.finditer(r"crate::((?:[a-z_][a-z0-9_]*::)*[a-z_][a-z0-9_]*)", text):
-            t = target(m.group(1).split("::"))
+        paths = [m.group(1).split("::") for m in re.finditer(r"crate::((?:[a-z_][a-z0-9_]*::)*[a-z_][a-z0-9_]*)", text)]
+        # `super::x` in the leaf file `a/b.rs` is `crate::a::x`: each `super` climbs one
+        # module from the file's own folder.
+        here = [p for p in os.path.dirname(rel).split(os.sep) if p]
+        for m in re.finditer(r"\b((?:super::)+)((?:[a-z_][a-z0-9_]*::)*[a-z_][a-z0-9_]*)", text):
+            up = m.group(1).count("super::") - 1
+            if up <= len(here):
+                paths.append(here[: len(here) - up] + m.group(2).split("::"))
+        for parts in paths:
+            t = target(parts)
             if t and t != rel and os.path.basename(t) not in ("mod.rs", "lib.rs", "main.rs"):
                 out.add(t)
         edges[rel] = out

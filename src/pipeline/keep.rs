@@ -173,8 +173,7 @@ mod tests {
     use super::*;
     use crate::solve::cholesky::ridge_fixed;
     use crate::solve::cholesky::tests::{stats, stats_with_noise};
-    use crate::solve::mixed::{ridge_refined, TOLERANCE};
-    use crate::solve::Factor;
+    use crate::solve::mixed::{ridge_refined, MixedMemory, TOLERANCE};
     use crate::stats::TILE;
 
     fn dir(name: &str) -> PathBuf {
@@ -204,7 +203,7 @@ mod tests {
         let keeper = Keeper::new(checkpointer(&session, &ckpt), 1, &[], false);
         let mut lease = StateLease::state(Some(&keeper), vec![("unlabeled", Some(&other)), ("labeled", None)]);
         let mut leased = st.clone();
-        let (w, b, r) = ridge_refined(&mut leased, Factor::MixedSpilled, &mut lease, 0.5, 2).unwrap();
+        let (w, b, r) = ridge_refined(&mut leased, MixedMemory::Spilled, &mut lease, 0.5, 2).unwrap();
         assert!(!r.fell_back && r.residual.is_some_and(|x| x <= TOLERANCE), "{r:?}");
         assert!(close(&w, &want_w) && close(&b, &want_b));
         assert!(keeper.written() && ckpt.exists(), "the state is kept in the checkpoint first");
@@ -221,7 +220,7 @@ mod tests {
         let lambda = 1e-9 * ill.gram.diagonal().into_iter().sum::<f64>();
         let want = ridge_fixed(&ill, ill.gram.clone(), lambda, 2).unwrap();
         let mut lease = StateLease::state(Some(&keeper), vec![("labeled", None)]);
-        let (w, b, r) = ridge_refined(&mut ill.clone(), Factor::MixedSpilled, &mut lease, lambda, 2).unwrap();
+        let (w, b, r) = ridge_refined(&mut ill.clone(), MixedMemory::Spilled, &mut lease, lambda, 2).unwrap();
         assert!(r.fell_back, "{r:?}");
         assert_eq!((w, b), want, "the fallback factors the kept Gram read back");
         std::fs::remove_dir_all(&d).unwrap();
@@ -237,7 +236,7 @@ mod tests {
         let session = crate::session::Session::new();
         let keeper = Keeper::new(checkpointer(&session, &ckpt), 1, &[], false);
         let mut lease = StateLease::merged(Some(&keeper));
-        let (w, b, _) = ridge_refined(&mut st.clone(), Factor::MixedSpilled, &mut lease, 0.5, 2).unwrap();
+        let (w, b, _) = ridge_refined(&mut st.clone(), MixedMemory::Spilled, &mut lease, 0.5, 2).unwrap();
         assert!(close(&w, &want_w) && close(&b, &want_b));
         assert!(!keeper.written() && !ckpt.exists(), "a merged sum is not the checkpoint's state");
         assert!(lease.said[0].contains("spilled to"), "{:?}", lease.said);
@@ -245,13 +244,13 @@ mod tests {
         // Consuming a merged sum keeps nothing.
         let mut consumed = st.clone();
         let mut lease = StateLease::merged(Some(&keeper));
-        ridge_refined(&mut consumed, Factor::MixedInPlace, &mut lease, 0.5, 2).unwrap();
+        ridge_refined(&mut consumed, MixedMemory::InPlace, &mut lease, 0.5, 2).unwrap();
         assert!(!keeper.written());
         // Nowhere to write the spill: the solve stops before it takes the Gram.
         let nowhere = d.join("missing").join("m.sfm.ckpt");
         let keeper = Keeper::new(checkpointer(&session, &nowhere), 1, &[], false);
         let mut whole = st.clone();
-        let got = ridge_refined(&mut whole, Factor::MixedSpilled, &mut StateLease::merged(Some(&keeper)), 0.5, 2);
+        let got = ridge_refined(&mut whole, MixedMemory::Spilled, &mut StateLease::merged(Some(&keeper)), 0.5, 2);
         assert!(got.is_err());
         assert_eq!(whole, st, "a spill that failed left the statistics whole");
         std::fs::remove_dir_all(&d).unwrap();

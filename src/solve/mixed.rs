@@ -21,7 +21,6 @@ use serde::{Deserialize, Serialize};
 
 use super::cholesky::{centred_rhs, consumed, folded, ridge_fixed};
 use super::lease::{GramSource, Lease};
-use super::ridge::Factor;
 use super::symmetric::symmetric_times;
 use crate::error::Result;
 use crate::stats::{factor_tiles, parallel, solve_tiles, split_tiles, tile_len, tile_range, GramStats, TriGram, TILE};
@@ -46,21 +45,32 @@ pub struct Refinement {
     pub fell_back: bool,
 }
 
+/// Where the mixed-precision solve works (the mixed variants of `ridge::Factor`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MixedMemory {
+    /// The f32 factor beside the statistics; a fallback factors a copy.
+    Copy,
+    /// The f32 factor beside the statistics; a fallback factors their own Gram.
+    InPlace,
+    /// The f32 factor in the Gram's own memory, the Gram spilled through the lease.
+    Spilled,
+}
+
 /// Ridge weights at one λ > 0 for every output by the f32 factor refined against the
-/// statistics, `factor` one of the mixed ones: [`Factor::Mixed`] factors a copy should it
-/// fall back; [`Factor::MixedInPlace`] falls back on the statistics' own Gram (consumed
+/// statistics: [`MixedMemory::Copy`] factors a copy should it
+/// fall back; [`MixedMemory::InPlace`] falls back on the statistics' own Gram (consumed
 /// through `lease`; a refinement that converges consumes nothing);
-/// [`Factor::MixedSpilled`] puts the f32 factor in the Gram's memory, the Gram streamed
+/// [`MixedMemory::Spilled`] puts the f32 factor in the Gram's memory, the Gram streamed
 /// back by each refinement step from where `lease` spilled it. Returns `W` (row-major
 /// `D × c`), `b` and how the refinement ended.
 pub fn ridge_refined(
     stats: &mut GramStats,
-    factor: Factor,
+    memory: MixedMemory,
     lease: &mut dyn Lease,
     lambda: f64,
     threads: usize,
 ) -> Result<(Vec<f64>, Vec<f64>, Refinement)> {
-    if factor.spills() {
+    if memory == MixedMemory::Spilled {
         return spilled(stats, lease, lambda, threads);
     }
     let b = centred_rhs(stats);
@@ -73,7 +83,7 @@ pub fn ridge_refined(
         }
         Err(stalled) => stalled,
     };
-    let work = consumed(stats, factor.consumes().then_some(lease))?;
+    let work = consumed(stats, (memory == MixedMemory::InPlace).then_some(lease))?;
     let (weights, bias) = ridge_fixed(stats, work, lambda, threads)?;
     Ok((weights, bias, stalled))
 }
@@ -277,11 +287,11 @@ mod tests {
         let st = stats(900, dim, c, 4);
         let lambda = 0.5;
         let (want_w, want_b) = ridge_fixed(&st, st.gram.clone(), lambda, 2).unwrap();
-        let (w1, b1, r1) = ridge_refined(&mut st.clone(), Factor::Mixed, &mut Unkept, lambda, 1).unwrap();
+        let (w1, b1, r1) = ridge_refined(&mut st.clone(), MixedMemory::Copy, &mut Unkept, lambda, 1).unwrap();
         // In place, a refinement that converges consumes nothing, so keeps nothing.
         let mut lease = Recording::default();
         let mut in_place = st.clone();
-        let (w3, b3, r3) = ridge_refined(&mut in_place, Factor::MixedInPlace, &mut lease, lambda, 3).unwrap();
+        let (w3, b3, r3) = ridge_refined(&mut in_place, MixedMemory::InPlace, &mut lease, lambda, 3).unwrap();
         assert!(lease.consumed.is_empty() && lease.spilled.is_empty(), "a converged refinement kept the statistics");
         assert_eq!(in_place.gram, st.gram, "a converged refinement consumed the statistics");
         assert!(!r1.fell_back && r1.steps >= 1 && r1.residual.is_some_and(|r| r <= TOLERANCE), "{r1:?}");
@@ -303,12 +313,12 @@ mod tests {
         let st = stats(900, dim, c, 4);
         let lambda = 0.5;
         let (want_w, want_b) = ridge_fixed(&st, st.gram.clone(), lambda, 2).unwrap();
-        let (_, _, beside) = ridge_refined(&mut st.clone(), Factor::Mixed, &mut Unkept, lambda, 2).unwrap();
+        let (_, _, beside) = ridge_refined(&mut st.clone(), MixedMemory::Copy, &mut Unkept, lambda, 2).unwrap();
         let mut runs = Vec::new();
         for threads in [1, 3] {
             let mut lease = Recording::default();
             let mut spilled = st.clone();
-            let got = ridge_refined(&mut spilled, Factor::MixedSpilled, &mut lease, lambda, threads).unwrap();
+            let got = ridge_refined(&mut spilled, MixedMemory::Spilled, &mut lease, lambda, threads).unwrap();
             assert_eq!(lease.spilled, vec![st.clone()], "the statistics are spilled whole before the Gram is taken");
             assert!(lease.consumed.is_empty());
             assert_eq!(spilled.gram.dim(), 0, "the factor took the Gram's memory");
@@ -323,9 +333,9 @@ mod tests {
         // A spill refused (nowhere to write it): the solve stops before it takes the Gram.
         let mut whole = st.clone();
         let mut refusing = Recording { refuse: true, ..Recording::default() };
-        assert!(ridge_refined(&mut whole, Factor::MixedSpilled, &mut refusing, lambda, 2).is_err());
+        assert!(ridge_refined(&mut whole, MixedMemory::Spilled, &mut refusing, lambda, 2).is_err());
         assert_eq!(whole.gram, st.gram, "a spill that failed left the statistics whole");
-        assert!(ridge_refined(&mut whole, Factor::MixedSpilled, &mut Unkept, lambda, 2).is_err());
+        assert!(ridge_refined(&mut whole, MixedMemory::Spilled, &mut Unkept, lambda, 2).is_err());
         assert_eq!(whole.gram, st.gram, "statistics nothing keeps are never spilled");
     }
 
@@ -338,7 +348,7 @@ mod tests {
         let top = st.gram.diagonal().into_iter().sum::<f64>();
         let lambda = 1e-9 * top;
         let mut kept = st.clone();
-        let (w, b, r) = ridge_refined(&mut kept, Factor::Mixed, &mut Unkept, lambda, 2).unwrap();
+        let (w, b, r) = ridge_refined(&mut kept, MixedMemory::Copy, &mut Unkept, lambda, 2).unwrap();
         assert!(r.fell_back, "{r:?}");
         assert_eq!(kept.gram, st.gram, "not in place: the statistics are kept");
         let (want_w, want_b) = ridge_fixed(&st, st.gram.clone(), lambda, 2).unwrap();
@@ -347,19 +357,19 @@ mod tests {
         // them; a refused keep (a checkpoint that cannot be written) stops the solve.
         let mut lease = Recording::default();
         let mut consumed = st.clone();
-        let got = ridge_refined(&mut consumed, Factor::MixedInPlace, &mut lease, lambda, 2).unwrap();
+        let got = ridge_refined(&mut consumed, MixedMemory::InPlace, &mut lease, lambda, 2).unwrap();
         assert_eq!(lease.consumed, vec![st.clone()], "the statistics kept before the in-place factor");
         assert_eq!((&got.0, &got.1), (&want_w, &want_b));
         assert_eq!(consumed.gram.dim(), 0, "the in-place fallback consumed the Gram");
         let mut refused = st.clone();
         let mut refusing = Recording { refuse: true, ..Recording::default() };
-        assert!(ridge_refined(&mut refused, Factor::MixedInPlace, &mut refusing, lambda, 2).is_err());
+        assert!(ridge_refined(&mut refused, MixedMemory::InPlace, &mut refusing, lambda, 2).is_err());
         assert_eq!(refused.gram, st.gram, "a keep that failed left the statistics whole");
         // With the factor in the Gram's memory, the fallback reads the spilled Gram back
         // and factors it: the f64 model exactly.
         let mut lease = Recording::default();
         let mut spilled = st.clone();
-        let (w, b, r) = ridge_refined(&mut spilled, Factor::MixedSpilled, &mut lease, lambda, 2).unwrap();
+        let (w, b, r) = ridge_refined(&mut spilled, MixedMemory::Spilled, &mut lease, lambda, 2).unwrap();
         assert!(r.fell_back, "{r:?}");
         assert_eq!((&w, &b), (&want_w, &want_b), "the fallback factors the Gram read back");
     }

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::cholesky::consumed;
 use super::lease::Lease;
-use super::mixed::Refinement;
+use super::mixed::{MixedMemory, Refinement};
 use super::rotated::{bias_for, GcvCurve, RotatedProblem};
 use crate::error::Result;
 use crate::stats::{Centered, GramStats, TriGram, TILE};
@@ -339,8 +339,13 @@ impl Ridge {
                 })
             }
             DirectSolve::Cholesky { lambda, factor } => {
+                let memory = match factor {
+                    Factor::MixedSpilled => MixedMemory::Spilled,
+                    Factor::MixedInPlace => MixedMemory::InPlace,
+                    _ => MixedMemory::Copy,
+                };
                 let (weights, bias, refinement) =
-                    super::mixed::ridge_refined(stats, factor, lease, lambda.get(), threads)?;
+                    super::mixed::ridge_refined(stats, memory, lease, lambda.get(), threads)?;
                 let ridge = Ridge::Solved { weights, bias, refinement: Some(refinement) };
                 Ok(Direct { ridge, eigenvalues: Vec::new(), rank: None })
             }
